@@ -1,0 +1,141 @@
+"""Regression alerts: asv's own step detection over every (benchmark, params, machine) series,
+plus gate failures and verdict flips.
+
+asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
+which keeps relative step sizes, so asv's relative threshold means the same in both directions;
+a higher-is-better series that crosses zero is negated instead.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+
+from asv import step_detect
+
+from . import verdicts as V
+from .registry import REPO_ROOT
+
+KINDS = ("regression", "gate", "flip")
+
+
+@dataclass
+class Thresholds:
+    default: float = 0.05
+    patterns: dict[str, float] | None = None
+
+    def for_benchmark(self, name: str) -> float:
+        matches = [(len(p), t) for p, t in (self.patterns or {}).items() if fnmatch.fnmatchcase(name, p)]
+        return max(matches)[1] if matches else self.default
+
+    @classmethod
+    def from_pyproject(cls, path=REPO_ROOT / "pyproject.toml", overrides: dict[str, float] | None = None):
+        conf = {}
+        if path.exists():
+            conf = tomllib.loads(path.read_text()).get("tool", {}).get("claimbench", {}).get("alerts", {})
+        patterns = {**conf.get("thresholds", {}), **(overrides or {})}
+        default = patterns.pop("*", conf.get("default_threshold", cls.default))
+        return cls(float(default), {k: float(v) for k, v in patterns.items()})
+
+
+@dataclass
+class Alert:
+    kind: str
+    benchmark: str
+    params: str
+    machine: str
+    commit_hash: str | None
+    commit_date: object
+    before: float | None
+    after: float | None
+    detail: str
+
+    @property
+    def change(self) -> float | None:
+        if self.before in (None, 0) or self.after is None:
+            return None
+        return self.after / self.before - 1
+
+    @property
+    def alert_id(self) -> str:
+        ident = "|".join(map(str, (self.kind, self.benchmark, self.params, self.machine, self.commit_hash)))
+        return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], callable]:
+    if direction == "lower":
+        return values, lambda v: v
+    if all(v > 0 for v in values):
+        return [1.0 / v for v in values], lambda v: 1.0 / v
+    return [-v for v in values], lambda v: -v
+
+
+def find_regressions(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float]]:
+    """(index before, index after, value before, value after) for each open regression."""
+    if direction not in ("higher", "lower") or len(values) < 2:
+        return []
+    y, back = _to_lower_better(values, direction)
+    steps = step_detect.detect_steps(y)
+    _, _, positions = step_detect.detect_regressions(steps, threshold=threshold)
+    return [(before, after, back(v_before), back(v_after)) for before, after, v_before, v_after in positions or []]
+
+
+def regressions(con, thresholds: Thresholds) -> list[Alert]:
+    rows = con.execute(
+        """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value
+           FROM results x JOIN runs r USING (run_id)
+           WHERE x.value IS NOT NULL AND x.direction IN ('higher', 'lower')
+           ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
+    series: dict[tuple, list] = {}
+    for bench, params, machine, direction, commit, date, value in rows:
+        series.setdefault((bench, params, machine, direction), []).append((commit, date, value))
+    alerts = []
+    for (bench, params, machine, direction), points in series.items():
+        threshold = thresholds.for_benchmark(bench)
+        for before, after, v_before, v_after in find_regressions([p[2] for p in points], direction, threshold):
+            commit, date, _ = points[after]
+            alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
+                                f"{direction} is better; step from {v_before:.4g} to {v_after:.4g} "
+                                f"at commit {commit[:8]} (threshold {threshold:.0%})"))
+    return alerts
+
+
+def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:
+    alerts = [Alert("gate", v.claim.gate.benchmark, "", v.machine, v.commit_hash, v.commit_date, None, None,
+                    f"{v.claim.key}: {v.reason}")
+              for v in latest if v.gate in ("failed", "partly") and v.claim.gate]
+    for f in V.flips(con):
+        alerts.append(Alert("flip", f["claim_key"], "", f["machine"], f["commit_hash"], f["commit_date"], None, None,
+                            f"{f['claim_key']}: {f['before']} at {f['before_commit'][:8]} -> {f['after']} "
+                            f"at {f['commit_hash'][:8]}"))
+    return alerts
+
+
+def evaluate(con, registry, thresholds: Thresholds) -> list[Alert]:
+    """Every open alert, newest first; the alerts table is rewritten to hold exactly these."""
+    latest = V.compute(con, registry)
+    found = regressions(con, thresholds) + gate_and_flip_alerts(con, latest)
+    found.sort(key=lambda a: (a.commit_date is not None, a.commit_date or 0), reverse=True)
+    con.execute("BEGIN")
+    con.execute("DELETE FROM alerts")
+    con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now())",
+                    [[a.alert_id, a.kind, a.benchmark, a.params, a.machine, a.commit_hash, a.commit_date,
+                      a.before, a.after, a.change, a.detail] for a in found])
+    con.execute("COMMIT")
+    return found
+
+
+def markdown(alerts: list[Alert]) -> str:
+    if not alerts:
+        return "## claimbench alerts\n\nNo open regressions, gate failures or verdict flips.\n"
+    lines = ["## claimbench alerts", "", f"{len(alerts)} open alert(s).", "",
+             "| kind | benchmark / claim | params | machine | commit | change | detail |",
+             "|---|---|---|---|---|---|---|"]
+    for a in alerts:
+        params = ", ".join(f"{k}={v}" for k, v in json.loads(a.params or "{}").items()) if a.params else ""
+        change = f"{a.change:+.1%}" if a.change is not None else ""
+        lines.append(f"| {a.kind} | `{a.benchmark}` | {params} | {a.machine} | {(a.commit_hash or '')[:8]} "
+                     f"| {change} | {a.detail} |")
+    return "\n".join(lines) + "\n"

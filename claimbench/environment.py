@@ -1,0 +1,65 @@
+"""What asv's machine file lacks: GPU name/count, driver, CUDA, and the library versions."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+LIBRARIES = ("numpy", "torch", "faiss-cpu", "faiss-gpu-cu12", "onnxruntime", "tensorrt",
+             "triton", "duckdb", "asv", "numba", "sentence-transformers")
+SIDECAR = "claimbench-env.json"
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def gpu_info() -> dict:
+    """GPUs as nvidia-smi reports them; an empty description on machines without one."""
+    info = {"gpu": None, "gpu_count": 0, "driver": None, "cuda": None}
+    if not shutil.which("nvidia-smi"):
+        return info
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True).stdout
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return info
+    rows = [r.split(", ") for r in out.strip().splitlines() if r.strip()]
+    if rows:
+        info.update(gpu=rows[0][0], gpu_count=len(rows), driver=rows[0][1])
+    if "CUDA Version:" in header:
+        info["cuda"] = header.split("CUDA Version:")[1].split()[0]
+    return info
+
+
+def describe() -> dict:
+    """The environment record stored beside asv's machine.json."""
+    return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions()}
+
+
+def capabilities(env: dict) -> set[str]:
+    """What a machine can run, from its environment record: 'gpu', 'tensorrt', ..."""
+    caps = set()
+    if env.get("gpu_count"):
+        caps.add("gpu")
+    if "tensorrt" in (env.get("libraries") or {}):
+        caps.add("tensorrt")
+    return caps
+
+
+def write_sidecar(machine_dir: Path) -> Path:
+    machine_dir.mkdir(parents=True, exist_ok=True)
+    path = machine_dir / SIDECAR
+    path.write_text(json.dumps(describe(), indent=2, sort_keys=True) + "\n")
+    return path

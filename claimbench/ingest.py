@@ -1,0 +1,260 @@
+"""`claimbench ingest`: asv result files (read with asv's own reader) and pytest-benchmark JSON
+into the DuckDB store.
+
+Idempotent: a run is identified by (source, machine, commit, environment); a file whose content
+is unchanged adds nothing, a changed one replaces that run's rows. Atomic per batch: every good
+file lands in one transaction or none does. A bad file is named and skipped; the others land.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asv.results
+import pyarrow as pa
+
+from . import environment, metrics, store
+
+NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
+
+
+@dataclass
+class ParsedRun:
+    path: Path
+    sha: str
+    run: dict
+    machine: dict
+    rows: list[tuple]  # (benchmark, params, value, status, unit, direction, stats, samples)
+
+
+@dataclass
+class IngestReport:
+    files: int = 0
+    added: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    rows: int = 0
+    errors: list[tuple[Path, str]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def summary(self) -> str:
+        text = (f"{self.files} file(s): {self.added} run(s) added, {self.replaced} replaced, "
+                f"{self.unchanged} unchanged; {self.rows} result row(s) written")
+        for path, msg in self.errors:
+            text += f"\n  error: {path}: {msg}"
+        return text
+
+
+def find_files(paths) -> list[Path]:
+    found = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(f for f in p.rglob("*.json") if f.name not in NOT_RESULTS)
+        else:
+            found.append(p)
+    return found
+
+
+def ingest(paths, db=None, wait_s: float = 30.0) -> IngestReport:
+    report = IngestReport()
+    parsed = []
+    for path in find_files(paths):
+        report.files += 1
+        try:
+            parsed.append(parse(path))
+        except Exception as e:  # noqa: BLE001 - any failure names the file and skips it
+            report.errors.append((path, _reason(e)))
+    if not parsed:
+        return report
+    with store.connect(db, wait_s=wait_s) as con:
+        con.execute("BEGIN")
+        try:
+            for run in parsed:
+                _write(con, run, report)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return report
+
+
+def _reason(e: Exception) -> str:
+    msg = str(e).strip() or type(e).__name__
+    return msg.splitlines()[0] if len(msg) < 400 else msg[:400] + "..."
+
+
+def parse(path: Path) -> ParsedRun:
+    raw = path.read_bytes()
+    sha = hashlib.sha256(raw).hexdigest()
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON (truncated?): {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not an asv results file or pytest-benchmark JSON")
+    if "benchmarks" in data and "machine_info" in data:
+        return _parse_pytest_benchmark(path, sha, data)
+    if "result_columns" in data or "version" in data and "commit_hash" in data:
+        return _parse_asv(path, sha)
+    raise ValueError("not an asv results file or pytest-benchmark JSON")
+
+
+def _benchmarks_meta(path: Path) -> dict:
+    """asv's benchmarks.json (units, parameter names), in the results root above the machine dir."""
+    for parent in path.parents[:3]:
+        meta = parent / "benchmarks.json"
+        if meta.exists():
+            try:
+                return json.loads(meta.read_text())
+            except json.JSONDecodeError:
+                return {}
+    return {}
+
+
+def _param_value(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _parse_asv(path: Path, sha: str) -> ParsedRun:
+    res = asv.results.Results.load(str(path))  # asv's own reader; raises on wrong api version
+    machine_name = res.params.get("machine")
+    if not machine_name or not res.commit_hash:
+        raise ValueError("asv results without machine name or commit hash")
+    meta = _benchmarks_meta(path)
+    rows = []
+    for key in sorted(res.get_all_result_keys()):
+        params = res.get_result_params(key) or []
+        combos = list(itertools.product(*params))
+        values = res.get_result_value(key, params)
+        stats = res.get_result_stats(key, params) or [None] * len(combos)
+        samples = res.get_result_samples(key, params) or [None] * len(combos)
+        if not isinstance(values, list) or len(values) != len(combos):
+            raise ValueError(f"benchmark {key}: {len(combos)} parameter combinations but values {values!r}")
+        bmeta = meta.get(key, {})
+        names = bmeta.get("param_names") or [f"param{i}" for i in range(len(params))]
+        unit = bmeta.get("unit") or ("seconds" if key.rsplit(".", 1)[-1].startswith("time_") else None)
+        direction = metrics.direction(key, unit)
+        for combo, value, stat, sample in zip(combos, values, stats, samples):
+            pdict = json.dumps({n: _param_value(v) for n, v in zip(names, combo)}, sort_keys=True, default=str)
+            if value is None:
+                status, value = "failed", None
+            elif isinstance(value, float) and math.isnan(value):
+                status, value = "skipped", None
+            else:
+                status, value = "ok", float(value)
+            rows.append((key, pdict, value, status, unit, direction,
+                         json.dumps(stat) if stat else None,
+                         [float(s) for s in sample] if sample else None))
+    machine_dir = path.parent
+    machine = _read_json(machine_dir / "machine.json") or {"machine": machine_name}
+    env = _read_json(machine_dir / environment.SIDECAR) or {}
+    date = datetime.fromtimestamp(res.date / 1000, timezone.utc) if res.date else None
+    run = dict(machine=machine_name, commit_hash=res.commit_hash, commit_date=date,
+               env_name=res.env_name, python=res.params.get("python"), source="asv")
+    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows)
+
+
+def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
+    mi = data.get("machine_info") or {}
+    ci = data.get("commit_info") or {}
+    machine_name = mi.get("node") or "unknown"
+    benches = data["benchmarks"]
+    if not isinstance(benches, list):
+        raise ValueError("pytest-benchmark JSON: 'benchmarks' is not a list")
+    rows = []
+    for i, b in enumerate(benches):
+        try:
+            name, st = "pytest:" + b["fullname"], b["stats"]
+            params = json.dumps(b.get("params") or {}, sort_keys=True, default=str)
+            stats = {k: st[k] for k in ("min", "max", "mean", "stddev", "q1", "q3", "rounds") if k in st}
+            rows.append((name, params, float(st["median"]), "ok", metrics.SECONDS.unit, "lower",
+                         json.dumps(stats), [float(x) for x in st["data"]] if st.get("data") else None))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"pytest-benchmark JSON: benchmarks[{i}] malformed ({e!r})") from None
+    when = ci.get("time") or data.get("datetime")
+    date = datetime.fromisoformat(when) if when else None
+    if date is not None and date.tzinfo is None:
+        date = date.replace(tzinfo=timezone.utc)
+    cpu = mi.get("cpu") or {}
+    machine = {"machine": machine_name, "os": f"{mi.get('system', '')} {mi.get('release', '')}".strip(),
+               "arch": mi.get("machine"), "cpu": cpu.get("brand_raw"), "num_cpu": cpu.get("count")}
+    run = dict(machine=machine_name, commit_hash=ci.get("id") or "unknown", commit_date=date,
+               env_name=f"pytest-benchmark-{mi.get('python_version', '')}",
+               python=mi.get("python_version"), source="pytest-benchmark")
+    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, {}), rows)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _machine_record(name: str, machine: dict, env: dict) -> dict:
+    def as_int(v):
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            return None
+    return dict(machine=name, os=machine.get("os"), arch=machine.get("arch"), cpu=machine.get("cpu"),
+                num_cpu=as_int(machine.get("num_cpu")), ram=str(machine.get("ram") or ""),
+                gpu=env.get("gpu"), gpu_count=as_int(env.get("gpu_count")) or 0,
+                driver=env.get("driver"), cuda=env.get("cuda"),
+                libraries=json.dumps(env.get("libraries") or {}), info=json.dumps({**machine, **env}))
+
+
+def run_id(run: dict) -> str:
+    ident = "|".join(str(run[k]) for k in ("source", "machine", "commit_hash", "env_name"))
+    return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+RESULT_SCHEMA = pa.schema([
+    ("run_id", pa.string()), ("benchmark", pa.string()), ("params", pa.string()), ("value", pa.float64()),
+    ("status", pa.string()), ("unit", pa.string()), ("direction", pa.string()), ("stats", pa.string()),
+    ("samples", pa.list_(pa.float64())),
+])
+
+
+def _write(con, parsed: ParsedRun, report: IngestReport) -> None:
+    rid = run_id(parsed.run)
+    old = con.execute("SELECT content_sha FROM runs WHERE run_id = ?", [rid]).fetchone()
+    if old and old[0] == parsed.sha:
+        report.unchanged += 1
+        return
+    m = parsed.machine
+    known = con.execute("SELECT gpu, libraries FROM machines WHERE machine = ?", [m["machine"]]).fetchone()
+    if known and m["libraries"] == "{}" and m["gpu"] is None:  # keep what a richer record said
+        m = {**m, "gpu": known[0], "libraries": known[1]}
+    con.execute("INSERT OR REPLACE INTO machines VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+                [m["machine"], m["os"], m["arch"], m["cpu"], m["num_cpu"], m["ram"], m["gpu"],
+                 m["gpu_count"], m["driver"], m["cuda"], m["libraries"], m["info"]])
+    con.execute("DELETE FROM results WHERE run_id = ?", [rid])
+    r = parsed.run
+    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+                [rid, r["machine"], r["commit_hash"], r["commit_date"], r["env_name"], r["python"],
+                 r["source"], str(parsed.path), parsed.sha])
+    if parsed.rows:
+        cols = list(zip(*parsed.rows))
+        batch = pa.Table.from_arrays([pa.array([rid] * len(parsed.rows))] + [pa.array(c) for c in cols],
+                                     schema=RESULT_SCHEMA)
+        con.register("incoming_batch", batch)
+        con.execute("INSERT INTO results SELECT * FROM incoming_batch")
+        con.unregister("incoming_batch")
+    report.rows += len(parsed.rows)
+    if old:
+        report.replaced += 1
+    else:
+        report.added += 1

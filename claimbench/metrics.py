@@ -1,0 +1,43 @@
+"""The metrics registry: every unit a suite reports, with the direction that is better.
+
+Suites set `track_x.unit = metrics.QPS.unit`; ingest maps a unit back to its direction, so a
+result file from any machine carries enough to rank, gate and alert on it (ann-benchmarks keeps
+the same kind of registry). asv's own `time_*`, `mem_*` and `peakmem_*` are lower-is-better.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    unit: str
+    direction: str  # "higher", "lower", or "none" for context that is neither (e.g. nprobe)
+    description: str
+
+
+SECONDS = Metric("seconds", "lower", "wall time")
+BYTES = Metric("bytes", "lower", "memory")
+QPS = Metric("queries/s", "higher", "queries per second")
+SPEEDUP = Metric("x", "higher", "method throughput / baseline throughput, same process")
+RECALL = Metric("recall@10", "higher", "fraction of the true 10 nearest neighbours returned")
+IDENTICAL = Metric("fraction identical", "higher", "fraction of queries with identical results to the baseline")
+READ_FRACTION = Metric("fraction of vectors read", "lower", "full vectors read / vectors in probed lists")
+PRUNED_FRACTION = Metric("fraction pruned", "higher", "vectors in probed lists never read in full")
+CEILING_SHARE = Metric("share of ceiling", "higher", "achieved speedup / the speedup the bound allows")
+VARIANCE = Metric("variance captured", "higher", "share of the data's variance in the kept directions")
+NPROBE = Metric("nprobe", "none", "inverted lists probed per query")
+ROWS_PER_S = Metric("rows/s", "higher", "rows ingested per second")
+STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
+
+REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
+                                PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED)}
+
+
+def direction(benchmark: str, unit: str | None) -> str:
+    """'higher', 'lower' or 'none' for an asv benchmark name and its declared unit."""
+    leaf = benchmark.rsplit(".", 1)[-1]
+    if leaf.startswith(("time_", "mem_", "peakmem_")):
+        return "lower"
+    metric = REGISTRY.get(unit or "")
+    return metric.direction if metric else "none"

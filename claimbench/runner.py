@@ -1,0 +1,86 @@
+"""`claimbench run`: asv on the existing environment, saved under HEAD's commit hash.
+
+asv only saves results for `--python=same` runs given `--set-commit-hash`, and `--quick` never
+saves; claimbench's quick mode is therefore the suites' own small inputs (CLAIMBENCH_QUICK=1)
+with one round per benchmark, run and saved normally.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from asv.machine import Machine, MachineCollection
+
+from . import environment
+from .registry import REPO_ROOT, Registry
+
+QUICK_ENV = "CLAIMBENCH_QUICK"
+
+
+def asv_config(root: Path = REPO_ROOT) -> dict:
+    return json.loads((root / "asv.conf.json").read_text())
+
+
+def results_dir(root: Path = REPO_ROOT) -> Path:
+    return root / asv_config(root)["results_dir"]
+
+
+def head_commit(root: Path = REPO_ROOT) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"{root} is not a git checkout with a commit; asv needs one to save results") from e
+
+
+def write_machine_file(name: str) -> dict:
+    """asv's ~/.asv-machine.json entry for this machine, written without prompting."""
+    info = {**Machine.get_defaults(), "machine": name}
+    MachineCollection.save(name, info)
+    return info
+
+
+def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
+    patterns = []
+    for pid in paper_ids:
+        paper = registry.paper(pid)
+        if not paper.suite:
+            raise ValueError(f"paper {pid!r} has no asv suite yet (papers.toml: suite is not set)")
+        patterns.append(rf"^{re.escape(paper.suite)}\.")
+    return patterns
+
+
+_FAILED = re.compile(r"\s(failed|timeout)\s*$")
+
+
+def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
+        bench: list[str] | None = None, root: Path = REPO_ROOT) -> int:
+    """Run the suites with asv, streaming its progress; returns asv's exit code."""
+    machine = machine or socket.gethostname()
+    write_machine_file(machine)
+    commit = head_commit(root)
+    cmd = [sys.executable, "-m", "asv", "run", "--python=same", "--set-commit-hash", commit,
+           "--machine", machine, "--show-stderr"]
+    if quick:
+        cmd += ["-a", "rounds=1", "-a", "repeat=(1, 5, 5.0)"]
+    for pattern in bench_patterns(registry, paper_ids or []) + (bench or []):
+        cmd += ["--bench", pattern]
+    env = {**os.environ, QUICK_ENV: "1" if quick else os.environ.get(QUICK_ENV, "0")}
+    print(f"claimbench: asv run on {machine} at {commit[:8]}{' (quick)' if quick else ''}", flush=True)
+    failed = []
+    with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if _FAILED.search(line) and "···" in line:
+                failed.append(line.split("···")[-1].strip())
+    environment.write_sidecar(results_dir(root) / machine)
+    if failed:
+        print(f"claimbench: {len(failed)} benchmark(s) failed and were recorded as failed:", *failed, sep="\n  ")
+    return proc.returncode

@@ -1,0 +1,191 @@
+"""Verdicts: each claim of papers.toml against what each machine measured.
+
+reproduced      the measured value reaches the claim (the weaker end of a range), within tolerance
+partly          better than the baseline (past `neutral`), short of the claim
+not reproduced  no better than the baseline
+gate failed     the method did not pass its quality gate, so its ratio does not count
+not testable    the machine lacks what the claim needs (a GPU, TensorRT), or nothing offline can
+                measure it (the reason says which)
+not measured    no benchmark yet, or no result from this machine
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+
+from .environment import capabilities
+from .registry import Claim, Registry
+
+REPRODUCED = "reproduced"
+PARTLY = "partly"
+NOT_REPRODUCED = "not reproduced"
+GATE_FAILED = "gate failed"
+NOT_TESTABLE = "not testable here"
+NOT_MEASURED = "not measured yet"
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, GATE_FAILED, NOT_TESTABLE, NOT_MEASURED)
+
+REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
+_FOLD = {"max": max, "min": min, "median": statistics.median, "mean": statistics.fmean}
+
+
+@dataclass
+class Verdict:
+    claim: Claim
+    machine: str | None
+    verdict: str
+    measured: float | None = None
+    gate: str = "none"  # none / passed / partly / failed
+    reason: str = ""
+    commit_hash: str | None = None
+    commit_date: object = None
+    detail: list[dict] = field(default_factory=list)  # one entry per parameter combination
+
+
+def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: dict[str, float | None] | None = None,
+          caps: set[str] | frozenset = frozenset(), machine: str | None = None) -> Verdict:
+    """The verdict for one claim on one machine and commit.
+
+    measured: params (JSON text) -> value (None = the benchmark failed for that combination),
+    or None when the machine has no result for the claim's benchmark.
+    gate_values: the gate benchmark's values by the same params.
+    """
+    missing = [r for r in claim.requires if r not in caps]
+    if not measured:
+        if missing:
+            return Verdict(claim, machine, NOT_TESTABLE, reason="; ".join(REQUIREMENT_TEXT.get(r, f"needs {r}") for r in missing))
+        if claim.not_testable:
+            return Verdict(claim, machine, NOT_TESTABLE, reason=claim.not_testable)
+        reason = "no benchmark yet" if not claim.benchmark else "no result from this machine yet"
+        return Verdict(claim, machine, NOT_MEASURED, reason=reason)
+
+    detail, passing = [], []
+    for params, value in sorted(measured.items()):
+        entry = {"params": json.loads(params), "value": value}
+        if claim.gate is not None:
+            gv = (gate_values or {}).get(params)
+            entry["gate_value"] = gv
+            entry["gate_passed"] = claim.gate.passes(gv)
+            if not entry["gate_passed"]:
+                detail.append(entry)
+                continue
+        if value is not None:
+            passing.append(value)
+        detail.append(entry)
+
+    gate = "none"
+    if claim.gate is not None:
+        passed = sum(e["gate_passed"] for e in detail)
+        gate = "passed" if passed == len(detail) else "failed" if passed == 0 else "partly"
+        if passed == 0:
+            return Verdict(claim, machine, GATE_FAILED, gate=gate, detail=detail,
+                           reason=f"gate {claim.gate.describe()} failed on every combination")
+    if not passing:
+        return Verdict(claim, machine, NOT_MEASURED, gate=gate, detail=detail,
+                       reason="the benchmark failed on this machine (see the asv log)")
+
+    value = _FOLD[claim.fold](passing)
+    better = value > claim.neutral if claim.direction == "higher" else value < claim.neutral
+    target = claim.target
+    if target is None:
+        verdict = REPRODUCED if better else NOT_REPRODUCED
+        reason = f"{'better' if better else 'no better'} than the baseline ({claim.neutral:g})"
+    else:
+        slack = claim.tolerance * abs(target)
+        reached = value >= target - slack if claim.direction == "higher" else value <= target + slack
+        verdict = REPRODUCED if reached else PARTLY if better else NOT_REPRODUCED
+        reason = f"{claim.fold} over {len(passing)} combination(s) = {value:.4g} {claim.unit} vs claimed {claim.claimed_text}"
+    if gate == "partly":
+        reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
+    return Verdict(claim, machine, verdict, value, gate, reason, detail=detail)
+
+
+def _series(con, benchmark: str) -> dict[tuple[str, str], dict]:
+    """(machine, commit) -> {'date': ..., 'values': {params: value}} for one benchmark."""
+    rows = con.execute(
+        """SELECT r.machine, r.commit_hash, r.commit_date, x.params, x.value
+           FROM results x JOIN runs r USING (run_id) WHERE x.benchmark = ?
+           ORDER BY r.commit_date NULLS FIRST, r.ingested_at""", [benchmark]).fetchall()
+    out: dict[tuple[str, str], dict] = {}
+    for machine, commit, date, params, value in rows:
+        entry = out.setdefault((machine, commit), {"date": date, "values": {}})
+        entry["values"][params] = value
+    return out
+
+
+def machines(con) -> dict[str, set[str]]:
+    rows = con.execute("SELECT machine, gpu_count, libraries FROM machines ORDER BY machine").fetchall()
+    return {m: capabilities({"gpu_count": g, "libraries": json.loads(libs or "{}")}) for m, g, libs in rows}
+
+
+def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict]:
+    """Latest verdict per (claim, machine); with store_history, every commit's verdict is upserted."""
+    known = machines(con) if con is not None else {}
+    latest: list[Verdict] = []
+    history: list[Verdict] = []
+    for claim in registry.claims:
+        series = _series(con, claim.benchmark) if (con is not None and claim.benchmark) else {}
+        gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
+        for machine, caps in (known.items() or [(None, set())]):
+            commits = [(c, e) for (m, c), e in series.items() if m == machine]
+            if not commits:
+                latest.append(judge(claim, None, caps=caps, machine=machine))
+                continue
+            for commit, entry in commits:
+                gate_entry = gates.get((machine, commit), {}).get("values")
+                v = judge(claim, entry["values"], gate_entry, caps, machine)
+                v.commit_hash, v.commit_date = commit, entry["date"]
+                history.append(v)
+            latest.append(history[-1])
+    if store_history and history and not _read_only(con):
+        _store(con, history)
+    return latest
+
+
+def _read_only(con) -> bool:
+    try:
+        return con.execute("SELECT current_setting('access_mode')").fetchone()[0] == "read_only"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _store(con, history: list[Verdict]) -> None:
+    con.executemany(
+        "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+        [[v.claim.key, v.machine, v.commit_hash, v.commit_date, v.verdict, v.measured, v.gate, v.reason,
+          json.dumps(v.detail, default=str)] for v in history])
+
+
+def sync_registry(con, registry: Registry) -> None:
+    """Mirror papers.toml into the store, so the leaderboard reads one place."""
+    con.execute("BEGIN")
+    con.execute("DELETE FROM papers")
+    con.execute("DELETE FROM claims")
+    con.executemany("INSERT INTO papers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [[p.id, p.title, p.tier, p.task, p.suite, p.method, json.dumps(p.baselines)]
+                     for p in registry.papers])
+    con.executemany("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [[c.key, c.paper_id, c.id, c.metric, c.unit, c.direction,
+                      c.claimed[0] if c.claimed else None, c.claimed[1] if c.claimed else None,
+                      c.claimed_text, c.conditions, c.baseline, c.benchmark,
+                      c.gate.describe() if c.gate else None, json.dumps(c.requires), c.not_testable,
+                      c.substitution] for c in registry.claims])
+    con.execute("COMMIT")
+
+
+def flips(con) -> list[dict]:
+    """Claims that were reproduced at an earlier commit on a machine and are not at the latest."""
+    rows = con.execute(
+        """SELECT claim_key, machine, commit_hash, commit_date, verdict FROM verdicts
+           ORDER BY claim_key, machine, commit_date NULLS FIRST, computed_at""").fetchall()
+    out, last = [], {}
+    for claim_key, machine, commit, date, verdict in rows:
+        last.setdefault((claim_key, machine), []).append((commit, date, verdict))
+    for (claim_key, machine), seq in last.items():
+        if len(seq) < 2:
+            continue
+        (pc, _, pv), (c, d, v) = seq[-2], seq[-1]
+        if pv == REPRODUCED and v != REPRODUCED:
+            out.append(dict(claim_key=claim_key, machine=machine, commit_hash=c, commit_date=d,
+                            before=pv, after=v, before_commit=pc))
+    return out
