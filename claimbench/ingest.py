@@ -137,6 +137,7 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
     for key in sorted(res.get_all_result_keys()):
         params = res.get_result_params(key) or []
         combos = list(itertools.product(*params))
+        decoded = list(itertools.product(*[[_param_value(v) for v in values] for values in params]))
         values = res.get_result_value(key, params)
         stats = res.get_result_stats(key, params) or [None] * len(combos)
         samples = res.get_result_samples(key, params) or [None] * len(combos)
@@ -146,8 +147,8 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
         names = bmeta.get("param_names") or [f"param{i}" for i in range(len(params))]
         unit = bmeta.get("unit") or ("seconds" if key.rsplit(".", 1)[-1].startswith("time_") else None)
         direction = metrics.direction(key, unit)
-        for combo, value, stat, sample in zip(combos, values, stats, samples):
-            pdict = json.dumps({n: _param_value(v) for n, v in zip(names, combo)}, sort_keys=True, default=str)
+        for combo, value, stat, sample in zip(decoded, values, stats, samples):
+            pdict = json.dumps(dict(zip(names, combo)), sort_keys=True, default=str)
             if value is None:
                 status, value = "failed", None
             elif isinstance(value, float) and math.isnan(value):

@@ -21,7 +21,7 @@ def write_results(root: Path, n_files: int, rows_per_file: int) -> int:
     side = int(rows_per_file ** 0.5)
     params = [[repr(i) for i in range(side)], [repr(j) for j in range(side)]]
     for f in range(n_files):
-        res = Results({"machine": "bench-machine", "python": "3.11"}, {}, f"{f:040x}", 1_700_000_000_000 + f,
+        res = Results({"machine": "bench-machine", "python": "3.11"}, {}, f"{f + 1:08x}" + "0" * 32, 1_700_000_000_000 + f,
                       "3.11", "existing-py", {})
         values = [float(i * side + j) for i, j in itertools.product(range(side), range(side))]
         res.add_result({"name": "suite.Bench.track_value", "version": "1", "params": params},
@@ -34,7 +34,7 @@ class _Result:
     """The shape asv's Results.add_result expects from a runner."""
 
     def __init__(self, values):
-        self.result, self.samples, self.number = values, [None] * len(values), [1] * len(values)
+        self.result, self.samples, self.number = values, [[v] for v in values], [1] * len(values)
         self.errcode, self.stderr, self.profile = 0, "", None
         self.stats = [None] * len(values)
 

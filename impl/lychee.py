@@ -1,0 +1,244 @@
+"""Lychee: certified screening of inverted lists (PAPERS.md A1; baseline faiss IVF-Flat).
+
+From the paper (as the digest states it): global PCA (mean mu, top-m directions P); each vector's
+short code is its projection a(x) = P^T (x - mu) plus the norm of what the projection drops,
+r(x); the lower bound ||x - q||^2 >= ||a_x - a_q||^2 + (r_x - r_q)^2; anchors (every s-th member
+of each probed list) give an upper bound U on the k-th distance; members whose bound exceeds U
+are never read; the rest are read in increasing bound, stopping once the bound passes the
+current k-th best. The result is exactly IVF-Flat's at the same nprobe.
+
+Reconstructed here (not in the digest): a list-level bound that skips a probed list whole when
+(||q - c|| - radius)^2 > U (triangle inequality; the radius is the farthest member from its
+centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass;
+m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
+(capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
+rounding can never prune a true neighbour.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import faiss
+import numba
+import numpy as np
+from numba import njit, prange
+
+from claimbench.baselines.ivf_flat import IVFFlat
+from claimbench.interfaces import InputError, SearchCounters, VectorIndex, check_vectors
+
+
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _sqdist(q, X, t):
+    s = np.float32(0.0)
+    for j in range(q.shape[0]):
+        diff = X[t, j] - q[j]
+        s += diff * diff
+    return s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _push(d, i, top_d, top_i):
+    k = top_d.shape[0]
+    if d >= top_d[k - 1]:
+        return
+    p = k - 1
+    while p > 0 and top_d[p - 1] > d:
+        top_d[p] = top_d[p - 1]
+        top_i[p] = top_i[p - 1]
+        p -= 1
+    top_d[p] = d
+    top_i[p] = i
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _list_bounds(AT, R, s0, s1, aq, rq, lb):
+    """Short-code lower bounds of one list's members, vectorized across members (codes stored m x n)."""
+    n = s1 - s0
+    for t in range(n):
+        dr = R[s0 + t] - rq
+        lb[t] = dr * dr
+    for v in range(AT.shape[0]):
+        a = aq[v]
+        row = AT[v]
+        for t in range(n):
+            diff = row[s0 + t] - a
+            lb[t] += diff * diff
+
+
+@njit(cache=True, nogil=True)
+def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
+           top_d, top_i, counts, lb):
+    d, m = P.shape
+    k = top_d.shape[0]
+    # short code of the query: a_q = P^T (q - mu), r_q = ||q - mu - P a_q||
+    qc = q.astype(np.float64) - mu
+    aq64 = qc @ P
+    rq = np.float32(np.sqrt(max((qc * qc).sum() - (aq64 * aq64).sum(), 0.0)))
+    aq = aq64.astype(np.float32)
+    for j in range(k):
+        top_d[j] = np.inf
+        top_i[j] = -1
+    read = 0
+    scanned = 0
+    skipped = 0
+    # 1. anchors: exact distances, real candidates; their k-th distance is the upper bound U
+    for j in range(probe.shape[0]):
+        lst = probe[j]
+        if lst < 0:
+            continue
+        s0, s1 = offsets[lst], offsets[lst + 1]
+        scanned += s1 - s0
+        for t in range(s0, s1, stride):
+            _push(_sqdist(q, X, t), ids[t], top_d, top_i)
+            read += 1
+    # 2. lists closest first: list-level bound, then the short-code bound of every member; members
+    #    still under the current k-th best are read in memory order, which tightens the bound
+    #    for the lists after them. A member left unread has bound > k-th best: never in the top k.
+    for j in range(probe.shape[0]):
+        lst = probe[j]
+        if lst < 0:
+            continue
+        s0, s1 = offsets[lst], offsets[lst + 1]
+        if s1 - s0 <= 1:
+            continue
+        bound = top_d[k - 1] + slack
+        if list_bound:
+            gap = np.sqrt(_sqdist(q, centroids, lst)) - radius[lst]
+            if gap > 0.0 and gap * gap > bound:
+                skipped += 1
+                continue
+        _list_bounds(AT, R, s0, s1, aq, rq, lb)
+        for t in range(0, s1 - s0, stride):
+            lb[t] = np.inf  # anchors are read already
+        for t in range(s1 - s0):
+            if lb[t] <= top_d[k - 1] + slack:
+                _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
+                read += 1
+    counts[0] = read
+    counts[1] = scanned
+    counts[2] = skipped
+
+
+@njit(cache=True, parallel=True)
+def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
+            out_d, out_i, counts, max_list):
+    for qi in prange(Q.shape[0]):
+        lb = np.empty(max_list, np.float32)
+        _query(Q[qi], mu, P, probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
+               out_d[qi], out_i[qi], counts[qi], lb)
+
+
+@dataclass
+class Lychee(VectorIndex):
+    """Build knobs are fields; nprobe is the query knob (as IVF-Flat's)."""
+    nlist: int = 1024
+    m: int | None = None
+    variance_target: float = 0.9
+    anchor_stride: int = 256
+    list_bound: bool = True
+    threads: int = 1
+    name = "lychee"
+    nprobe: int = field(default=1, init=False)
+    counters: SearchCounters = field(default_factory=SearchCounters, init=False, repr=False)
+    ivf: IVFFlat | None = field(default=None, init=False, repr=False)
+
+    def build(self, xb: np.ndarray) -> None:
+        ivf = IVFFlat(nlist=self.nlist)
+        ivf.build(xb)
+        self.attach(ivf, xb)
+
+    @classmethod
+    def from_ivf(cls, ivf: IVFFlat, xb: np.ndarray, **knobs) -> "Lychee":
+        """Screen the lists of an already trained IVF-Flat: same quantizer, same assignment."""
+        index = cls(nlist=ivf.nlist, **knobs)
+        index.attach(ivf, xb)
+        return index
+
+    def attach(self, ivf: IVFFlat, xb: np.ndarray) -> None:
+        xb = check_vectors(xb, "database", ivf.d)
+        if len(xb) != ivf.ntotal:
+            raise InputError(f"database has {len(xb)} vectors but the IVF index holds {ivf.ntotal}")
+        if self.anchor_stride < 1:
+            raise InputError(f"anchor_stride must be >= 1, got {self.anchor_stride}")
+        n, d = xb.shape
+        lists = [ivf.list_ids(i) for i in range(ivf.nlist)]
+        order = np.concatenate(lists) if lists else np.empty(0, np.int64)
+        self.offsets = np.zeros(ivf.nlist + 1, np.int64)
+        self.offsets[1:] = np.cumsum([len(x) for x in lists])
+        self.ids = order.astype(np.int64)
+        self.X = np.ascontiguousarray(xb[order])
+        self.centroids = np.ascontiguousarray(ivf.centroids(), dtype=np.float32)
+        # global PCA (float64), directions sorted by variance, most first
+        self.mu = xb.mean(axis=0, dtype=np.float64)
+        centered = self.X.astype(np.float64) - self.mu
+        cov = centered.T @ centered / max(n - 1, 1)
+        evals, evecs = np.linalg.eigh(cov)
+        evals, evecs = np.clip(evals[::-1], 0, None), evecs[:, ::-1]
+        total = evals.sum()
+        captured = np.cumsum(evals) / total if total > 0 else np.ones(d)
+        m = self.m if self.m is not None else self._auto_m(captured, d)
+        if not 1 <= m <= d:
+            raise InputError(f"m={m} must be in [1, d={d}]")
+        self.m_used = m
+        self.variance_captured = float(captured[m - 1])
+        self.P = np.ascontiguousarray(evecs[:, :m])
+        a = centered @ self.P
+        self.AT = np.ascontiguousarray(a.T, dtype=np.float32)  # m x n: members contiguous per direction
+        self.R = np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None)).astype(np.float32)
+        member_list = np.repeat(np.arange(ivf.nlist), np.diff(self.offsets))
+        dist_to_c = np.sqrt(((self.X.astype(np.float64) - self.centroids[member_list]) ** 2).sum(1))
+        self.radius = np.zeros(ivf.nlist)
+        np.maximum.at(self.radius, member_list, dist_to_c)
+        # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
+        self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
+        self.ivf = ivf
+
+    def _auto_m(self, captured: np.ndarray, d: int) -> int:
+        cap = max(8, d // 4)
+        for m in range(8, cap + 1, 8):
+            if captured[min(m, d) - 1] >= self.variance_target:
+                return min(m, d)
+        return min(cap, d)
+
+    @property
+    def ntotal(self) -> int:
+        return self.ivf.ntotal if self.ivf is not None else 0
+
+    @property
+    def d(self) -> int:
+        return self.ivf.d if self.ivf is not None else 0
+
+    @property
+    def code_bytes_ratio(self) -> float:
+        """Extra memory of the short codes relative to the full vectors: (m + 1) / d."""
+        return (self.AT.nbytes + self.R.nbytes) / self.X.nbytes
+
+    def set_query_params(self, nprobe: int = 1) -> None:
+        if self.ivf is None:
+            raise InputError("lychee: set_query_params before build")
+        if not 1 <= nprobe <= self.ivf.nlist:
+            raise InputError(f"nprobe={nprobe} must be in [1, nlist={self.ivf.nlist}]")
+        self.nprobe = int(nprobe)
+
+    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        xq = self._check_query(xq, k)
+        nq = len(xq)
+        _, probes = self.ivf.probe(xq, self.nprobe)
+        sizes = np.diff(self.offsets)
+        out_d = np.empty((nq, k), np.float32)
+        out_i = np.empty((nq, k), np.int64)
+        counts = np.zeros((nq, 3), np.int64)
+        numba.set_num_threads(max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS)))
+        _search(xq, self.mu, self.P, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
+                self.radius, self.anchor_stride, self.list_bound, self.slack, out_d, out_i, counts,
+                int(sizes.max()) + 1)
+        total = counts.sum(0)
+        self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
+                                       vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))
+        return out_d, out_i
+
+
+def set_single_thread() -> None:
+    """Both sides single-threaded: faiss's OpenMP and numba's pool."""
+    faiss.omp_set_num_threads(1)
+    numba.set_num_threads(1)
