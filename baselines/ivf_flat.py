@@ -35,17 +35,34 @@ class IVFFlat(VectorIndex):
             raise InputError(f"nlist={self.nlist} must be in [1, {n}] (the database size)")
         quantizer = faiss.IndexFlatL2(d)
         index = faiss.IndexIVFFlat(quantizer, d, self.nlist, faiss.METRIC_L2)
+        quantizer.this.disown()  # the IVF index owns its quantizer, as after read_index
+        index.own_fields = True
         index.cp.seed = self.seed
         index.train(xb)
         index.add(xb)
-        index.quantizer_trains_alone = 0
-        self.index, self._quantizer = index, quantizer
+        self._attach(index)
+
+    def _attach(self, index: faiss.IndexIVFFlat) -> None:
+        self.index, self._quantizer = index, faiss.downcast_index(index.quantizer)
+        self.nlist = index.nlist
         self._search_index = index
         if self.use_gpu:
             if not gpu_available():
                 raise InputError("use_gpu=True but faiss has no GPU support here (install faiss-gpu)")
             self._search_index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
         self.list_sizes = np.array([index.invlists.list_size(i) for i in range(self.nlist)], dtype=np.int64)
+
+    def save(self, path) -> None:
+        faiss.write_index(self.index, str(path))
+
+    @classmethod
+    def load(cls, path, use_gpu: bool = False) -> "IVFFlat":
+        index = faiss.downcast_index(faiss.read_index(str(path)))
+        if not isinstance(index, faiss.IndexIVFFlat):
+            raise InputError(f"{path}: not a faiss IndexIVFFlat")
+        ivf = cls(nlist=index.nlist, use_gpu=use_gpu)
+        ivf._attach(index)
+        return ivf
 
     @property
     def ntotal(self) -> int:

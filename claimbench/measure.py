@@ -1,0 +1,33 @@
+"""Side-by-side timing: method and baseline in one process, interleaved, on the same inputs."""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call for each entry, alternating entries within every round.
+
+    Alternating spreads slow drifts (thermal, other load) over all sides alike, so the ratio of
+    medians is fairer than timing each side in its own block.
+    """
+    for _ in range(warmup):
+        for fn in calls.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def ratio(baseline: list[float], method: list[float]) -> float:
+    """How many times faster the method is: median baseline time / median method time."""
+    return median(baseline) / median(method)

@@ -1,0 +1,210 @@
+"""Lychee vs faiss IVF-Flat (PAPERS.md A1): same quantizer, same lists, same queries, one process.
+
+Sweep: per dataset and nprobe, recall@10 and single-thread QPS of both, the fraction of full
+vectors Lychee reads, and the identical-result rate.
+ClaimSpeedup: per dataset, the smallest nprobe at which IVF-Flat reaches recall@10 0.999 (and
+0.9999); there, Lychee's single-thread speedup, gated on identical results for every query. A
+failed gate raises, so asv records the ratio as failed, never as a number.
+
+CLAIMBENCH_QUICK=1: smaller datasets and fewer queries (the whole suite in about two minutes
+once the datasets are cached).
+"""
+import os
+
+import faiss
+import numpy as np
+
+from claimbench import measure, metrics
+from claimbench.baselines.flat import FlatExact
+from claimbench.baselines.ivf_flat import IVFFlat
+from claimbench.datasets import vectors
+from claimbench.impl.lychee import Lychee, set_single_thread
+from claimbench.quality import identical_rows, recall_at_k
+
+QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+K = 10
+DATASETS = ["glove-50-angular", "minilm-384-text", "spectrum-256-decay1.0", "spectrum-256-decay1.5"] + (
+    [] if QUICK else ["spectrum-960-decay0.5"])
+NPROBES = [4, 16, 64, 128]
+TARGETS = ["0.999", "0.9999"]
+ROUNDS = 3 if QUICK else 7
+
+
+class GateFailed(AssertionError):
+    """The method's results differ from the baseline's: its speed does not count."""
+
+
+def nlist_for(n: int) -> int:
+    """A power of two near sqrt(n): lists of a few hundred vectors, as at the paper's scale."""
+    return int(2 ** round(np.log2(np.sqrt(n))))
+
+
+def prepare(name: str, quick: bool = QUICK):
+    """Dataset, IVF-Flat (trained once, cached beside the dataset) and Lychee over the same lists."""
+    ds = vectors.load(name, quick=quick)
+    path = vectors.cache_dir() / f"{name}{'-quick' if quick else ''}.ivf{nlist_for(len(ds.base))}.faiss"
+    if path.exists():
+        ivf = IVFFlat.load(path)
+    else:
+        ivf = IVFFlat(nlist=nlist_for(len(ds.base)))
+        ivf.build(ds.base)
+        ivf.save(path)
+    return ds, ivf, Lychee.from_ivf(ivf, ds.base)
+
+
+def compare(ds, ivf: IVFFlat, lychee: Lychee, nprobe: int, rounds: int = ROUNDS) -> dict:
+    """One operating point, both sides single-threaded, interleaved."""
+    set_single_thread()
+    ivf.set_query_params(nprobe=nprobe)
+    lychee.set_query_params(nprobe=nprobe)
+    q = ds.queries
+    d_ivf, i_ivf = ivf.search(q, K)
+    d_ly, i_ly = lychee.search(q, K)
+    work = lychee.counters
+    times = measure.interleaved({"ivf": lambda: ivf.search(q, K), "lychee": lambda: lychee.search(q, K)}, rounds)
+    return {
+        "nprobe": nprobe,
+        "recall": recall_at_k(i_ivf, ds.gt_ids, K),
+        "recall_lychee": recall_at_k(i_ly, ds.gt_ids, K),
+        "identical": float(identical_rows(d_ivf, i_ivf, d_ly, i_ly).mean()),
+        "qps_ivf": len(q) / measure.median(times["ivf"]),
+        "qps_lychee": len(q) / measure.median(times["lychee"]),
+        "speedup": measure.ratio(times["ivf"], times["lychee"]),
+        "read_fraction": work.read_fraction,
+        "lists_skipped": work.lists_skipped / max(work.lists_probed, 1),
+    }
+
+
+def smallest_nprobe(ds, ivf: IVFFlat, target: float) -> int:
+    """Smallest power-of-two nprobe (or nlist) at which IVF-Flat reaches the target recall@10."""
+    nprobe = 1
+    while nprobe < ivf.nlist:
+        ivf.set_query_params(nprobe=nprobe)
+        if recall_at_k(ivf.search(ds.queries, K)[1], ds.gt_ids, K) >= target:
+            return nprobe
+        nprobe *= 2
+    return ivf.nlist
+
+
+class Sweep:
+    params = (DATASETS, NPROBES)
+    param_names = ["dataset", "nprobe"]
+    timeout = 3600
+    rounds = 1
+    repeat = 1
+    number = 1
+
+    def setup_cache(self):
+        points = {}
+        for name in DATASETS:
+            parts = prepare(name)
+            points.update({(name, nprobe): compare(*parts, nprobe) for nprobe in NPROBES})
+        return points
+
+    def track_recall(self, r, dataset, nprobe):
+        return r[dataset, nprobe]["recall"]
+    track_recall.unit = metrics.RECALL.unit
+
+    def track_qps_ivf_flat(self, r, dataset, nprobe):
+        return r[dataset, nprobe]["qps_ivf"]
+    track_qps_ivf_flat.unit = metrics.QPS.unit
+
+    def track_qps_lychee(self, r, dataset, nprobe):
+        return r[dataset, nprobe]["qps_lychee"]
+    track_qps_lychee.unit = metrics.QPS.unit
+
+    def track_read_fraction(self, r, dataset, nprobe):
+        return r[dataset, nprobe]["read_fraction"]
+    track_read_fraction.unit = metrics.READ_FRACTION.unit
+
+    def track_identical_rate(self, r, dataset, nprobe):
+        return r[dataset, nprobe]["identical"]
+    track_identical_rate.unit = metrics.IDENTICAL.unit
+
+
+def claim_points(name: str) -> dict:
+    """Per target recall: the operating point, the ceiling, Lychee vs flat, and all-core mode."""
+    ds, ivf, lychee = prepare(name)
+    flat = FlatExact()
+    flat.build(ds.base)
+    points = {}
+    for target in TARGETS:
+        point = compare(ds, ivf, lychee, smallest_nprobe(ds, ivf, float(target)))
+        # the ceiling the bound allows: what faiss scans / what Lychee still reads in full
+        point["ceiling"] = 1.0 / max(point["read_fraction"], 1e-9)
+        point["variance"] = lychee.variance_captured
+        times = measure.interleaved({"flat": lambda: flat.search(ds.queries, K),
+                                     "lychee": lambda: lychee.search(ds.queries, K)}, max(ROUNDS // 2, 2))
+        point["speedup_vs_flat"] = measure.ratio(times["flat"], times["lychee"])
+        cores = os.cpu_count() or 1
+        faiss.omp_set_num_threads(cores)
+        lychee.threads = cores
+        times = measure.interleaved({"ivf": lambda: ivf.search(ds.queries, K),
+                                     "lychee": lambda: lychee.search(ds.queries, K)}, ROUNDS)
+        point["speedup_all_cores"] = measure.ratio(times["ivf"], times["lychee"])
+        lychee.threads = 1
+        points[target] = point
+    return points
+
+
+class ClaimSpeedup:
+    params = (DATASETS, TARGETS)
+    param_names = ["dataset", "target_recall"]
+    timeout = 3600
+    rounds = 1
+    repeat = 1
+    number = 1
+
+    def setup_cache(self):
+        return {(name, t): point for name in DATASETS for t, point in claim_points(name).items()}
+
+    def _gated(self, r, dataset, target_recall, key):
+        point = r[dataset, target_recall]
+        if point["identical"] < 1.0:
+            raise GateFailed(f"{dataset}: only {point['identical']:.2%} of queries identical to IVF-Flat")
+        return point[key]
+
+    def track_speedup(self, r, dataset, target_recall):
+        return self._gated(r, dataset, target_recall, "speedup")
+    track_speedup.unit = metrics.SPEEDUP.unit
+
+    def track_identical_rate(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["identical"]
+    track_identical_rate.unit = metrics.IDENTICAL.unit
+
+    def track_recall(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["recall"]
+    track_recall.unit = metrics.RECALL.unit
+
+    def track_nprobe(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["nprobe"]
+    track_nprobe.unit = metrics.NPROBE.unit
+
+    def track_pruned_fraction(self, r, dataset, target_recall):
+        return 1.0 - r[dataset, target_recall]["read_fraction"]
+    track_pruned_fraction.unit = metrics.PRUNED_FRACTION.unit
+
+    def track_ceiling_share(self, r, dataset, target_recall):
+        point = r[dataset, target_recall]
+        return self._gated(r, dataset, target_recall, "speedup") / point["ceiling"]
+    track_ceiling_share.unit = metrics.CEILING_SHARE.unit
+
+    def track_variance_captured(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["variance"]
+    track_variance_captured.unit = metrics.VARIANCE.unit
+
+    def track_speedup_vs_flat(self, r, dataset, target_recall):
+        return self._gated(r, dataset, target_recall, "speedup_vs_flat")
+    track_speedup_vs_flat.unit = metrics.SPEEDUP.unit
+
+    def track_speedup_all_cores(self, r, dataset, target_recall):
+        return self._gated(r, dataset, target_recall, "speedup_all_cores")
+    track_speedup_all_cores.unit = metrics.SPEEDUP.unit
+
+    def track_qps_lychee(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["qps_lychee"]
+    track_qps_lychee.unit = metrics.QPS.unit
+
+    def track_qps_ivf_flat(self, r, dataset, target_recall):
+        return r[dataset, target_recall]["qps_ivf"]
+    track_qps_ivf_flat.unit = metrics.QPS.unit
