@@ -57,7 +57,7 @@ class IVFFlat(VectorIndex):
 
     @classmethod
     def load(cls, path, use_gpu: bool = False) -> "IVFFlat":
-        index = faiss.downcast_index(faiss.read_index(str(path)))
+        index = faiss.read_index(str(path))  # already the concrete class, and owning its memory
         if not isinstance(index, faiss.IndexIVFFlat):
             raise InputError(f"{path}: not a faiss IndexIVFFlat")
         ivf = cls(nlist=index.nlist, use_gpu=use_gpu)

