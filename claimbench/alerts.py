@@ -120,9 +120,10 @@ def evaluate(con, registry, thresholds: Thresholds) -> list[Alert]:
     found.sort(key=lambda a: (a.commit_date is not None, a.commit_date or 0), reverse=True)
     con.execute("BEGIN")
     con.execute("DELETE FROM alerts")
-    con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now())",
-                    [[a.alert_id, a.kind, a.benchmark, a.params, a.machine, a.commit_hash, a.commit_date,
-                      a.before, a.after, a.change, a.detail] for a in found])
+    if found:
+        con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now())",
+                        [[a.alert_id, a.kind, a.benchmark, a.params, a.machine, a.commit_hash, a.commit_date,
+                          a.before, a.after, a.change, a.detail] for a in found])
     con.execute("COMMIT")
     return found
 

@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (R.RegistryError, store.StoreError, ValueError, RuntimeError) as e:
+    except (R.RegistryError, store.StoreError, ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"claimbench {args.command}: {e}", file=sys.stderr)
         return 2
 

@@ -57,6 +57,8 @@ class IngestReport:
 def find_files(paths) -> list[Path]:
     found = []
     for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
             found += sorted(f for f in p.rglob("*.json") if f.name not in NOT_RESULTS)
         else:

@@ -60,7 +60,11 @@ _FAILED = re.compile(r"\s(failed|timeout)\s*$")
 
 def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
         bench: list[str] | None = None, root: Path = REPO_ROOT) -> int:
-    """Run the suites with asv, streaming its progress; returns asv's exit code."""
+    """Run the suites with asv, streaming its progress.
+
+    Returns 0 when every benchmark ran, 1 when some failed (they are saved as failed and the
+    others as measured), and asv's own code when asv itself could not run.
+    """
     machine = machine or socket.gethostname()
     write_machine_file(machine)
     commit = head_commit(root)
@@ -83,4 +87,5 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     environment.write_sidecar(results_dir(root) / machine)
     if failed:
         print(f"claimbench: {len(failed)} benchmark(s) failed and were recorded as failed:", *failed, sep="\n  ")
+        return 1
     return proc.returncode

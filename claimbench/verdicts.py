@@ -150,6 +150,8 @@ def _read_only(con) -> bool:
 
 
 def _store(con, history: list[Verdict]) -> None:
+    if not history:
+        return
     con.executemany(
         "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
         [[v.claim.key, v.machine, v.commit_hash, v.commit_date, v.verdict, v.measured, v.gate, v.reason,
@@ -174,18 +176,18 @@ def sync_registry(con, registry: Registry) -> None:
 
 
 def flips(con) -> list[dict]:
-    """Claims that were reproduced at an earlier commit on a machine and are not at the latest."""
+    """Claims reproduced at an earlier commit on a machine and not at its latest commit."""
     rows = con.execute(
         """SELECT claim_key, machine, commit_hash, commit_date, verdict FROM verdicts
            ORDER BY claim_key, machine, commit_date NULLS FIRST, computed_at""").fetchall()
-    out, last = [], {}
+    history: dict[tuple, list] = {}
     for claim_key, machine, commit, date, verdict in rows:
-        last.setdefault((claim_key, machine), []).append((commit, date, verdict))
-    for (claim_key, machine), seq in last.items():
-        if len(seq) < 2:
-            continue
-        (pc, _, pv), (c, d, v) = seq[-2], seq[-1]
-        if pv == REPRODUCED and v != REPRODUCED:
-            out.append(dict(claim_key=claim_key, machine=machine, commit_hash=c, commit_date=d,
-                            before=pv, after=v, before_commit=pc))
+        history.setdefault((claim_key, machine), []).append((commit, date, verdict))
+    out = []
+    for (claim_key, machine), seq in history.items():
+        commit, date, verdict = seq[-1]
+        last_good = [c for c, _, v in seq[:-1] if v == REPRODUCED]
+        if verdict != REPRODUCED and last_good:
+            out.append(dict(claim_key=claim_key, machine=machine, commit_hash=commit, commit_date=date,
+                            before=REPRODUCED, after=verdict, before_commit=last_good[-1]))
     return out

@@ -9,9 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from asv.results import Results
-
-from claimbench import ingest, metrics, store
+from claimbench import asvfiles, ingest, metrics, store
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 
@@ -19,24 +17,11 @@ QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 def write_results(root: Path, n_files: int, rows_per_file: int) -> int:
     """asv result files from asv's own writer: one parameterized benchmark per file."""
     side = int(rows_per_file ** 0.5)
-    params = [[repr(i) for i in range(side)], [repr(j) for j in range(side)]]
     for f in range(n_files):
-        res = Results({"machine": "bench-machine", "python": "3.11"}, {}, f"{f + 1:08x}" + "0" * 32, 1_700_000_000_000 + f,
-                      "3.11", "existing-py", {})
         values = [float(i * side + j) for i, j in itertools.product(range(side), range(side))]
-        res.add_result({"name": "suite.Bench.track_value", "version": "1", "params": params},
-                       _Result(values), started_at=None, duration=1.0)
-        res.save(str(root))
+        asvfiles.write_run(root, "bench-machine", f"{f + 1:08x}" + "0" * 32, 1_700_000_000_000 + f,
+                           {"suite.Bench.track_value": (["i", "j"], [list(range(side))] * 2, values, "rows/s")})
     return n_files * side * side
-
-
-class _Result:
-    """The shape asv's Results.add_result expects from a runner."""
-
-    def __init__(self, values):
-        self.result, self.samples, self.number = values, [[v] for v in values], [1] * len(values)
-        self.errcode, self.stderr, self.profile = 0, "", None
-        self.stats = [None] * len(values)
 
 
 class Ingest:

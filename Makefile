@@ -1,0 +1,29 @@
+# claimbench: `make run` (quick suites -> DuckDB -> claims, alerts, reports -> leaderboard) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CB := $(VENV)/bin/claimbench
+HOST ?= 127.0.0.1
+PORT ?= 8501
+RESULTS := .asv/results $(wildcard reports/results)
+
+.PHONY: run test clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[models,test]'
+	touch $@
+
+run: $(VENV)/.installed
+	-$(CB) run --quick
+	$(CB) ingest $(RESULTS)
+	$(CB) claims
+	$(CB) alerts --markdown reports/alerts.md
+	$(CB) report
+	$(CB) app --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf .asv/results .claimbench

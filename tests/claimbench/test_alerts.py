@@ -1,0 +1,109 @@
+import json
+
+import numpy as np
+import pytest
+
+from claimbench import alerts as A
+from claimbench import asvfiles, cli, ingest, store
+
+
+def series(values, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return [v * (1 + noise * rng.standard_normal()) for v in values]
+
+
+@pytest.mark.parametrize("direction, before, after", [("lower", 1.0, 1.5), ("higher", 100.0, 60.0)])
+def test_planted_step_is_found_in_either_direction(direction, before, after):
+    values = series([before] * 10 + [after] * 5, noise=0.01)
+    found = A.find_regressions(values, direction, threshold=0.05)
+    assert len(found) == 1
+    i_before, i_after, v_before, v_after = found[0]
+    assert i_after == 10 and v_before == pytest.approx(before, rel=0.05) and v_after == pytest.approx(after, rel=0.05)
+
+
+@pytest.mark.parametrize("direction, before, after", [("lower", 1.5, 1.0), ("higher", 60.0, 100.0)])
+def test_improvements_are_not_alerts(direction, before, after):
+    assert A.find_regressions(series([before] * 10 + [after] * 5, 0.01), direction, 0.05) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("direction", ["lower", "higher"])
+def test_flat_noisy_series_raises_no_alarm(seed, direction):
+    assert A.find_regressions(series([10.0] * 30, noise=0.02, seed=seed), direction, 0.05) == []
+
+
+def test_thresholds_by_pattern():
+    t = A.Thresholds(0.05, {"lychee.*": 0.1, "lychee.Sweep.*": 0.2})
+    assert t.for_benchmark("lychee.Sweep.track_qps") == 0.2
+    assert t.for_benchmark("lychee.Claim.track_speedup") == 0.1
+    assert t.for_benchmark("other.x") == 0.05
+    assert A.Thresholds.from_pyproject(overrides={"*": 0.3}).default == 0.3
+
+
+def write_history(results, values, bench="s.Claim.track_speedup", gate=None):
+    for i, v in enumerate(values):
+        benches = {bench: (["dataset"], [["d"]], [v], "x")}
+        if gate is not None:
+            benches["s.Claim.track_identical"] = (["dataset"], [["d"]], [gate[i]], "fraction identical")
+        asvfiles.write_run(results, "box", f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000, benches)
+
+
+PAPERS = '''
+[[paper]]
+id = "p"
+title = "P"
+tier = "A"
+task = "t"
+suite = "s"
+baselines = ["b"]
+
+[[paper.claims]]
+id = "speed"
+metric = "m"
+unit = "x"
+direction = "higher"
+claimed = 2.0
+claimed_text = "2x"
+conditions = ""
+baseline = "b"
+benchmark = "s.Claim.track_speedup"
+gate = { benchmark = "s.Claim.track_identical", min = 1.0 }
+'''
+
+
+def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 10 + [0.9])
+    assert ingest.ingest([results], db=db).ok
+    md = tmp_path / "alerts.md"
+    code = cli.main(["alerts", "--db", str(db), "--papers", str(papers), "--markdown", str(md),
+                     "--fail-on", "regression"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "regression" in out and "s.Claim.track_speedup" in out
+    kinds = {line.split("|")[1].strip() for line in md.read_text().splitlines() if line.startswith("| ")}
+    assert {"regression", "flip", "gate"} <= kinds
+    with store.connect(db, read_only=True) as con:
+        stored = con.execute("SELECT kind, count(*) FROM alerts GROUP BY kind").fetchall()
+    assert dict(stored)["regression"] >= 1
+
+
+def test_cli_alerts_quiet_on_flat_history(tmp_path, capsys):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    write_history(results, series([3.0] * 12, 0.02), gate=[1.0] * 12)
+    ingest.ingest([results], db=db)
+    assert cli.main(["alerts", "--db", str(db), "--papers", str(papers), "--fail-on", "any"]) == 0
+    assert "No open regressions" in capsys.readouterr().out
+
+
+def test_cli_claims_lists_every_paper(tmp_path, capsys):
+    assert cli.main(["claims", "--db", str(tmp_path / "s.duckdb"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len({r["claim"].split("/")[0] for r in rows}) == 14
+    assert {r["verdict"] for r in rows} <= {"not measured yet", "not testable here"}

@@ -1,0 +1,151 @@
+import json
+import multiprocessing
+import shutil
+import time
+
+import pytest
+
+from claimbench import ingest, store
+
+
+def count(db, table="results"):
+    with store.connect(db, read_only=True) as con:
+        return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_ingest_real_asv_results(asv_results, tmp_path):
+    db = tmp_path / "s.duckdb"
+    report = ingest.ingest([asv_results], db=db)
+    assert report.ok, report.summary()
+    assert report.added == 1
+    with store.connect(db, read_only=True) as con:
+        rows = con.execute("SELECT benchmark, params, value, status, unit, direction FROM results "
+                           "ORDER BY benchmark, params").fetchall()
+        machine = con.execute("SELECT machine, num_cpu FROM machines").fetchone()
+    by_name = {}
+    for bench, params, value, status, unit, direction in rows:
+        by_name.setdefault(bench, []).append((json.loads(params), value, status, unit, direction))
+    track = by_name["tiny.Tiny.track_value"]
+    assert len(track) == 4
+    assert ({"size": 2, "kind": "b"}, 40.0, "ok", "queries/s", "higher") in track
+    assert all(d == "lower" and u == "seconds" for _, _, _, u, d in by_name["tiny.Tiny.time_sum"])
+    assert by_name["tiny.track_crashes"] == [({}, None, "failed", "unit", "none")]
+    assert machine[0] == "testbox"
+
+
+def test_ingest_twice_adds_nothing(asv_results, tmp_path):
+    db = tmp_path / "s.duckdb"
+    ingest.ingest([asv_results], db=db)
+    before = count(db)
+    again = ingest.ingest([asv_results], db=db)
+    assert again.unchanged == 1 and again.rows == 0
+    assert count(db) == before and count(db, "runs") == 1
+
+
+def test_bad_files_are_named_and_good_ones_still_land(asv_results, tmp_path):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(asv_results, mixed)
+    good = next(f for f in (mixed / "testbox").glob("*.json") if f.name != "machine.json")
+    text = good.read_text()
+    (mixed / "testbox" / "truncated.json").write_text(text[: len(text) // 2])
+    (mixed / "testbox" / "wrongversion.json").write_text(text.replace('"version": 2', '"version": 99'))
+    (mixed / "testbox" / "garbage.json").write_text('{"hello": 1}')
+    db = tmp_path / "s.duckdb"
+    report = ingest.ingest([mixed], db=db)
+    assert not report.ok
+    named = {p.name for p, _ in report.errors}
+    assert named == {"truncated.json", "wrongversion.json", "garbage.json"}
+    assert report.added == 1 and count(db) > 0
+
+
+def test_changed_file_replaces_its_run(asv_results, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(asv_results, copy)
+    db = tmp_path / "s.duckdb"
+    ingest.ingest([copy], db=db)
+    before = count(db)
+    f = next(f for f in (copy / "testbox").glob("*.json") if f.name != "machine.json")
+    data = json.loads(f.read_text())
+    data["results"].pop("tiny.Tiny.time_sum")
+    f.write_text(json.dumps(data))
+    report = ingest.ingest([copy], db=db)
+    assert report.replaced == 1
+    assert count(db) == before - 4
+
+
+def _hold_lock(db, ready, release):
+    with store.connect(db) as con:
+        con.execute("SELECT 1")
+        ready.set()
+        release.wait(30)
+
+
+def test_locked_store_names_the_holder_and_loses_nothing(asv_results, tmp_path):
+    db = tmp_path / "s.duckdb"
+    ingest.ingest([asv_results], db=db)
+    before = count(db)
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(db, ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        start = time.monotonic()
+        with pytest.raises(store.StoreError, match=rf"PID {holder.pid}"):
+            ingest.ingest([asv_results], db=db, wait_s=0.5)
+        assert time.monotonic() - start >= 0.5
+    finally:
+        release.set()
+        holder.join(30)
+    assert count(db) == before
+
+
+def test_retry_succeeds_once_the_holder_lets_go(asv_results, tmp_path):
+    db = tmp_path / "s.duckdb"
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(db, ready, release))
+    holder.start()
+    assert ready.wait(30)
+    ctx.Process(target=_release_later, args=(release,)).start()
+    report = ingest.ingest([asv_results], db=db, wait_s=20)
+    holder.join(30)
+    assert report.ok and report.added == 1
+
+
+def _release_later(release):
+    time.sleep(1.0)
+    release.set()
+
+
+def test_pytest_benchmark_json(tmp_path):
+    data = {
+        "machine_info": {"node": "bench-box", "machine": "x86_64", "python_version": "3.11.7",
+                         "cpu": {"brand_raw": "CPU", "count": 2}},
+        "commit_info": {"id": "abc123", "time": "2026-11-01T10:00:00+00:00"},
+        "benchmarks": [{"name": "test_k", "fullname": "tests/test_k.py::test_k", "params": {"n": 4},
+                        "stats": {"min": 1e-3, "max": 2e-3, "mean": 1.5e-3, "median": 1.4e-3,
+                                  "rounds": 5, "data": [1e-3, 2e-3]}}],
+        "datetime": "2026-11-01T10:00:00", "version": "5.1.0"}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    db = tmp_path / "s.duckdb"
+    report = ingest.ingest([path], db=db)
+    assert report.ok and report.rows == 1
+    with store.connect(db, read_only=True) as con:
+        row = con.execute("SELECT benchmark, value, unit, direction, samples FROM results").fetchone()
+    assert row == ("pytest:tests/test_k.py::test_k", 1.4e-3, "seconds", "lower", [1e-3, 2e-3])
+
+
+def test_schema_version_is_checked(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with store.connect(db) as con:
+        con.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(store.StoreError, match="schema version 999"):
+        with store.connect(db):
+            pass
+
+
+def test_missing_path_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        ingest.ingest([tmp_path / "nope"], db=tmp_path / "s.duckdb")
