@@ -1,0 +1,216 @@
+"""Every read the leaderboard makes, in one place, cached per version of the store.
+
+Connections are read-only and short; a writer holding the lock makes a read wait and retry,
+never the other way round. The cache key includes the DB file's size and mtime (and its WAL's),
+so a browser refresh after an ingest shows the new data.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import streamlit as st
+
+from claimbench import alerts as A
+from claimbench import registry as R
+from claimbench import store
+from claimbench import verdicts as V
+from claimbench.report import BADGE
+
+READ_WAIT_S = 10.0
+
+# How each task's leaderboard ranks methods: the claim benchmark's parameter that fixes the
+# operating point, the speed metric per method, and the gate that must pass for a rank.
+BOARDS = {
+    "vector-search": dict(
+        title="Vector search: single-thread QPS at the smallest nprobe where IVF-Flat reaches recall@10 0.999",
+        where={"target_recall": "0.999"}, group="dataset", unit="queries/s",
+        methods={"Lychee": "lychee.ClaimSpeedup.track_qps_lychee",
+                 "faiss IVF-Flat": "lychee.ClaimSpeedup.track_qps_ivf_flat"},
+        gated={"Lychee": ("lychee.ClaimSpeedup.track_identical_rate", 1.0)}),
+}
+
+# Trade-off plots per suite: quality on x, speed per method on y, one point per operating point.
+TRADEOFFS = {
+    "lychee": dict(quality="lychee.Sweep.track_recall", quality_label="recall@10", group="dataset",
+                   point="nprobe", speed_label="queries/s (single thread)",
+                   methods={"Lychee": "lychee.Sweep.track_qps_lychee",
+                            "faiss IVF-Flat": "lychee.Sweep.track_qps_ivf_flat"},
+                   gated={"Lychee": ("lychee.Sweep.track_identical_rate", 1.0)}),
+}
+
+
+def db_version() -> tuple:
+    """Changes whenever the store's files change: the cache key of every query."""
+    path = store.db_path()
+    stamp = []
+    for p in (path, path.with_name(path.name + ".wal")):
+        try:
+            s = os.stat(p)
+            stamp.append((s.st_size, s.st_mtime_ns))
+        except FileNotFoundError:
+            stamp.append(None)
+    return (str(path.resolve()), *stamp)
+
+
+def _read(fn):
+    with store.connect(read_only=True, wait_s=READ_WAIT_S) as con:
+        return fn(con)
+
+
+@st.cache_data(show_spinner=False)
+def has_results(version) -> bool:
+    return bool(_read(lambda con: con is not None and con.execute("SELECT count(*) FROM results").fetchone()[0]))
+
+
+@st.cache_data(show_spinner=False)
+def papers() -> pd.DataFrame:
+    reg = R.load()
+    return pd.DataFrame([dict(paper=p.id, title=p.title, tier=p.tier, task=p.task, suite=p.suite or "",
+                              method=p.method or "", baselines=", ".join(p.baselines), claims=len(p.claims))
+                         for p in reg.papers])
+
+
+@st.cache_data(show_spinner=False)
+def claims(version) -> pd.DataFrame:
+    """One row per claim and machine: the latest verdict, computed live from the results."""
+    latest = _read(lambda con: V.compute(con, R.load(), store_history=False))
+    reg = R.load()
+    tiers = {p.id: p.tier for p in reg.papers}
+    rows = []
+    for v in latest:
+        c = v.claim
+        rows.append(dict(paper=c.paper_id, tier=tiers[c.paper_id], claim=c.id, claimed=c.claimed_text,
+                         measured=v.measured, unit=c.unit, machine=v.machine or "(none)",
+                         verdict=v.verdict, badge=BADGE[v.verdict], gate=v.gate, why=v.reason,
+                         conditions=c.conditions, baseline=c.baseline, substitution=c.substitution or "",
+                         benchmark=c.benchmark or "", commit=(v.commit_hash or "")[:8],
+                         detail=json.dumps(v.detail, default=str)))
+    return pd.DataFrame(rows)
+
+
+@st.cache_data(show_spinner=False)
+def results(version, prefix: str) -> pd.DataFrame:
+    """Every result of benchmarks whose name starts with prefix, with run context."""
+    def query(con):
+        if con is None:
+            return pd.DataFrame(columns=["benchmark", "params", "value", "status", "unit", "direction",
+                                         "machine", "commit", "commit_date"])
+        return con.execute(
+            """SELECT x.benchmark, x.params, x.value, x.status, x.unit, x.direction, r.machine,
+                      r.commit_hash AS commit, r.commit_date
+               FROM results x JOIN runs r USING (run_id) WHERE starts_with(x.benchmark, ?)
+               ORDER BY r.commit_date, x.benchmark, x.params""", [prefix]).df()
+    df = _read(query)
+    params = df["params"].map(json.loads) if len(df) else pd.Series(dtype=object)
+    for key in sorted({k for p in params for k in p}):
+        df[key] = params.map(lambda p, k=key: str(p.get(k, "")))
+    return df
+
+
+def latest_per_machine(df: pd.DataFrame) -> pd.DataFrame:
+    """Keep each machine's newest commit only."""
+    if df.empty:
+        return df
+    newest = df.groupby("machine")["commit_date"].transform("max")
+    return df[df["commit_date"] == newest]
+
+
+def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    for key, value in where.items():
+        if key in df:
+            df = df[df[key] == value]
+    return df
+
+
+@st.cache_data(show_spinner=False)
+def board(version, task: str) -> pd.DataFrame:
+    """Methods ranked by speed per machine and group; a method that failed its gate is listed, unranked."""
+    spec = BOARDS[task]
+    prefix = next(iter(spec["methods"].values())).split(".")[0] + "."
+    df = _match(latest_per_machine(results(version, prefix)), spec["where"])
+    rows = []
+    for method, bench in spec["methods"].items():
+        part = df[df["benchmark"] == bench]
+        for _, r in part.iterrows():
+            gate = "none"
+            if method in spec["gated"]:
+                gate_bench, minimum = spec["gated"][method]
+                g = df[(df["benchmark"] == gate_bench) & (df["machine"] == r["machine"]) &
+                       (df[spec["group"]] == r[spec["group"]])]["value"]
+                gate = "passed" if len(g) and g.iloc[0] is not None and g.iloc[0] >= minimum else "failed"
+            rows.append(dict(machine=r["machine"], group=r[spec["group"]], method=method, value=r["value"], gate=gate))
+    out = pd.DataFrame(rows, columns=["machine", "group", "method", "value", "gate"])
+    if out.empty:
+        return out.assign(rank=pd.Series(dtype="Int64"))
+    ranked = out[(out["gate"] != "failed") & out["value"].notna()].copy()
+    ranked["rank"] = ranked.groupby(["machine", "group"])["value"].rank(ascending=False, method="min").astype("Int64")
+    out = out.merge(ranked[["machine", "group", "method", "rank"]], how="left", on=["machine", "group", "method"])
+    return out.sort_values(["machine", "group", "rank"], na_position="last")
+
+
+@st.cache_data(show_spinner=False)
+def tradeoff(version, suite: str) -> pd.DataFrame:
+    """(machine, group, method, quality, speed, gate) per operating point, newest commit per machine."""
+    spec = TRADEOFFS[suite]
+    df = latest_per_machine(results(version, suite + "."))
+    keys = ["machine", spec["group"], spec["point"]]
+    quality = df[df["benchmark"] == spec["quality"]].set_index(keys)["value"]
+    rows = []
+    for method, bench in spec["methods"].items():
+        speed = df[df["benchmark"] == bench].set_index(keys)["value"]
+        gate = None
+        if method in spec["gated"]:
+            gate_bench, minimum = spec["gated"][method]
+            gate = df[df["benchmark"] == gate_bench].set_index(keys)["value"] >= minimum
+        for key, value in speed.items():
+            rows.append(dict(machine=key[0], group=key[1], point=key[2], method=method,
+                             quality=quality.get(key), speed=value,
+                             gate="none" if gate is None else ("passed" if gate.get(key, False) else "failed")))
+    return pd.DataFrame(rows, columns=["machine", "group", "point", "method", "quality", "speed", "gate"])
+
+
+def pareto(df: pd.DataFrame) -> pd.Series:
+    """True for points no other point of the same (machine, group) beats on both quality and speed."""
+    front = pd.Series(False, index=df.index)
+    for _, part in df[df["gate"] != "failed"].groupby(["machine", "group"]):
+        for i, r in part.iterrows():
+            dominated = ((part["quality"] >= r["quality"]) & (part["speed"] >= r["speed"]) &
+                         ((part["quality"] > r["quality"]) | (part["speed"] > r["speed"]))).any()
+            front[i] = not dominated
+    return front
+
+
+@st.cache_data(show_spinner=False)
+def alerts(version) -> pd.DataFrame:
+    """Open regressions, gate failures and verdict flips, computed live, newest first."""
+    def query(con):
+        if con is None:
+            return []
+        latest = V.compute(con, R.load(), store_history=False)
+        return (A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest))
+    found = _read(query)
+    df = pd.DataFrame([dict(kind=a.kind, benchmark=a.benchmark, params=a.params, machine=a.machine,
+                            commit=(a.commit_hash or "")[:8], commit_date=a.commit_date, before=a.before,
+                            after=a.after, change=a.change, detail=a.detail) for a in found],
+                      columns=["kind", "benchmark", "params", "machine", "commit", "commit_date", "before",
+                               "after", "change", "detail"])
+    return df.sort_values("commit_date", ascending=False, na_position="last")
+
+
+@st.cache_data(show_spinner=False)
+def machines(version) -> pd.DataFrame:
+    def query(con):
+        if con is None:
+            return pd.DataFrame()
+        return con.execute("""SELECT m.machine, m.cpu, m.num_cpu, m.ram, m.os, m.arch, m.gpu, m.gpu_count,
+                                     m.driver, m.cuda, m.libraries, count(DISTINCT r.run_id) AS runs,
+                                     max(r.ingested_at) AS last_ingest
+                              FROM machines m LEFT JOIN runs r USING (machine)
+                              GROUP BY ALL ORDER BY m.machine""").df()
+    df = _read(query)
+    if not df.empty:
+        libs = df.pop("libraries").map(lambda s: json.loads(s or "{}"))
+        df["libraries"] = libs.map(lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
+    return df

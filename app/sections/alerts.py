@@ -1,0 +1,21 @@
+"""Open regressions (asv step detection), gate failures and verdict flips, newest first."""
+import urllib.parse
+
+import streamlit as st
+
+from claimbench.app import queries, views
+
+version = queries.db_version()
+st.title("Alerts")
+views.empty_notice(queries.has_results(version))
+df = queries.alerts(version)
+if df.empty:
+    st.success("No open regressions, gate failures or verdict flips.")
+else:
+    kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
+    if kinds:
+        df = df[df["kind"].isin(kinds)]
+    df = df.assign(series=[f"paper?series={urllib.parse.quote(b)}" for b in df["benchmark"]])
+    st.dataframe(df, hide_index=True, width="stretch",
+                 column_config={"series": st.column_config.LinkColumn("series", display_text="open series"),
+                                "change": st.column_config.NumberColumn(format="percent")})

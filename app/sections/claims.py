@@ -1,0 +1,40 @@
+"""Every headline claim of papers.toml, its verdict per machine, gate and conditions."""
+import altair as alt
+import streamlit as st
+
+from claimbench.app import queries, views
+
+version = queries.db_version()
+st.title("Claims vs measured")
+st.caption("Each paper's headline claim beside what this project measured, per machine. A ratio counts "
+           "only when the method passes its quality gate.")
+views.empty_notice(queries.has_results(version))
+df = queries.claims(version)
+
+cols = st.columns(4)
+paper = cols[0].multiselect("Paper", sorted(df["paper"].unique()))
+tier = cols[1].multiselect("Tier", sorted(df["tier"].unique()))
+machine = cols[2].multiselect("Machine", sorted(df["machine"].unique()))
+verdict = cols[3].multiselect("Verdict", list(views.VERDICT_COLORS))
+shown = df
+for column, chosen in (("paper", paper), ("tier", tier), ("machine", machine), ("verdict", verdict)):
+    if chosen:
+        shown = shown[shown[column].isin(chosen)]
+
+counts = shown.groupby("verdict").size().reset_index(name="claims")
+chart = alt.Chart(counts).mark_bar().encode(
+    x=alt.X("claims:Q", title="claims x machines"),
+    y=alt.Y("verdict:N", sort=list(views.VERDICT_COLORS), title=None),
+    color=alt.Color("verdict:N", scale=alt.Scale(domain=list(views.VERDICT_COLORS),
+                                                 range=list(views.VERDICT_COLORS.values())), legend=None),
+).properties(height=160)
+st.altair_chart(chart, width="stretch")
+
+table = shown[["paper", "tier", "claim", "claimed", "measured", "unit", "machine", "verdict", "gate", "why",
+               "conditions", "substitution", "commit"]]
+st.dataframe(views.style_verdicts(table), hide_index=True, width="stretch",
+             column_config={"measured": st.column_config.NumberColumn(format="%.4g"),
+                            "why": st.column_config.TextColumn(width="large")})
+not_measured = sorted(set(df["paper"]) - set(df[df["measured"].notna()]["paper"]))
+if not_measured:
+    st.caption("Not measured yet on any machine: " + ", ".join(not_measured))

@@ -1,0 +1,74 @@
+"""One paper: its claims, method vs baselines trade-off, the claim benchmark over commits, raw numbers."""
+import altair as alt
+import streamlit as st
+
+from claimbench.app import queries, views
+
+version = queries.db_version()
+papers = queries.papers()
+series = st.query_params.get("series", "")
+suite_of = dict(zip(papers["suite"], papers["paper"]))
+default = st.query_params.get("paper") or suite_of.get(series.split(".")[0], papers["paper"].iloc[0])
+ids = list(papers["paper"])
+paper_id = st.selectbox("Paper", ids, index=ids.index(default) if default in ids else 0,
+                        format_func=lambda p: f"{p}: {papers.set_index('paper').loc[p, 'title']}")
+paper = papers.set_index("paper").loc[paper_id]
+st.title(paper["title"])
+st.markdown(f"Tier **{paper['tier']}** · task `{paper['task']}` · method `{paper['method'] or 'not implemented yet'}` "
+            f"· baselines: {paper['baselines']}")
+views.empty_notice(queries.has_results(version))
+
+claims = queries.claims(version)
+claims = claims[claims["paper"] == paper_id]
+st.subheader("Claims")
+st.dataframe(views.style_verdicts(claims[["claim", "claimed", "measured", "unit", "machine", "verdict", "gate",
+                                          "why", "substitution"]]),
+             hide_index=True, width="stretch")
+
+if not paper["suite"]:
+    st.info("No suite for this paper yet: its claims are listed as not measured.")
+    st.stop()
+
+if paper["suite"] in queries.TRADEOFFS:
+    spec = queries.TRADEOFFS[paper["suite"]]
+    points = queries.tradeoff(version, paper["suite"])
+    if not points.empty:
+        st.subheader("Method vs baselines: trade-off")
+        st.caption(f"{spec['quality_label']} vs {spec['speed_label']}, one point per {spec['point']}; "
+                   "the Pareto front per machine is drawn large; a point whose gate failed is a cross.")
+        points = points.assign(pareto=queries.pareto(points))
+        base = alt.Chart(points).encode(
+            x=alt.X("quality:Q", title=spec["quality_label"], scale=alt.Scale(zero=False)),
+            y=alt.Y("speed:Q", title=spec["speed_label"], scale=alt.Scale(type="log")),
+            color=alt.Color("method:N"), detail="machine:N",
+            tooltip=["machine", "group", "point", "method", "quality", "speed", "gate"])
+        chart = (base.mark_line(opacity=0.4) + base.mark_point(filled=True).encode(
+            shape=alt.condition("datum.gate == 'failed'", alt.value("cross"), alt.value("circle")),
+            size=alt.condition("datum.pareto", alt.value(120), alt.value(40)),
+        )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
+        st.altair_chart(chart)
+
+raw = queries.results(version, paper["suite"] + ".")
+benchmarks = [b for b in claims["benchmark"].unique() if b]
+chosen = st.selectbox("Benchmark over commits", sorted(set(raw["benchmark"])) if len(raw) else benchmarks,
+                      index=None, placeholder=series or (benchmarks[0] if benchmarks else ""))
+chosen = chosen or series or (benchmarks[0] if benchmarks else None)
+history = raw[raw["benchmark"] == chosen] if chosen else raw.iloc[0:0]
+if not history.empty:
+    st.subheader(f"`{chosen}` over commits")
+    alerts = queries.alerts(version)
+    alerts = alerts[(alerts["benchmark"] == chosen) & (alerts["kind"] == "regression")]
+    line = alt.Chart(history).mark_line(point=True).encode(
+        x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title=history["unit"].iloc[0]),
+        color=alt.Color("params:N", title="params"), strokeDash="machine:N",
+        tooltip=["machine", "commit", "params", "value", "status"])
+    layers = line
+    if not alerts.empty:
+        layers += alt.Chart(alerts).mark_point(shape="triangle-down", size=200, color="#cf222e", filled=True).encode(
+            x="commit_date:T", y="after:Q", tooltip=["detail"])
+    st.altair_chart(layers.properties(height=300), width="stretch")
+
+st.subheader("Raw numbers")
+st.dataframe(raw.drop(columns=["params"]), hide_index=True, width="stretch")
+st.download_button("Download CSV", raw.to_csv(index=False).encode(), file_name=f"{paper_id}-results.csv",
+                   mime="text/csv")

@@ -1,0 +1,32 @@
+"""Small pieces every page shares: the empty-store notice and the verdict colours."""
+import streamlit as st
+
+from claimbench import store
+
+VERDICT_COLORS = {"reproduced": "#1a7f37", "partly": "#bf8700", "not reproduced": "#cf222e",
+                  "gate failed": "#8250df", "not testable here": "#6e7781", "not measured yet": "#afb8c1"}
+
+HOW_TO_RUN = """
+**No results in the store yet** (`{db}`).
+
+Run the quick suites on this machine and load them:
+
+```bash
+make run                      # or, step by step:
+claimbench run --quick        # asv on this machine, saved under HEAD
+claimbench ingest .asv/results reports/results
+```
+
+then refresh this page.
+"""
+
+
+def empty_notice(has_results: bool) -> None:
+    if not has_results:
+        st.info(HOW_TO_RUN.format(db=store.db_path()), icon="ℹ️")
+
+
+def style_verdicts(df):
+    """Colour the verdict column of a dataframe."""
+    return df.style.map(lambda v: f"color: {VERDICT_COLORS.get(v, 'inherit')}; font-weight: 600",
+                        subset=["verdict"])

@@ -1,0 +1,69 @@
+"""A fixture store with measured, failed-gate, not-testable and not-measured claims."""
+import itertools
+import json
+
+import pytest
+
+from claimbench import asvfiles, environment, ingest
+
+DATASETS = ["glove-50-angular", "spectrum-256-decay1.5"]
+TARGETS = ["0.999", "0.9999"]
+NPROBES = [4, 16, 64]
+
+
+def lychee_run(results, machine, i, speedups, identical, machine_info=None):
+    claim = {"dataset": DATASETS, "target_recall": TARGETS}
+
+    def grid(values):
+        return (list(claim), list(claim.values()), values, None)
+
+    n = len(DATASETS) * len(TARGETS)
+    benches = {
+        "lychee.ClaimSpeedup.track_speedup": (*grid(speedups)[:3], "x"),
+        "lychee.ClaimSpeedup.track_identical_rate": (*grid([identical] * n)[:3], "fraction identical"),
+        "lychee.ClaimSpeedup.track_qps_lychee": (*grid([1000.0 * s for s in speedups])[:3], "queries/s"),
+        "lychee.ClaimSpeedup.track_qps_ivf_flat": (*grid([1000.0] * n)[:3], "queries/s"),
+    }
+    sweep = list(itertools.product(DATASETS, NPROBES))
+    recall = [min(1.0, 0.9 + 0.03 * k) for k, _ in enumerate(sweep)]
+    benches.update({
+        "lychee.Sweep.track_recall": (["dataset", "nprobe"], [DATASETS, NPROBES], recall, "recall@10"),
+        "lychee.Sweep.track_qps_ivf_flat": (["dataset", "nprobe"], [DATASETS, NPROBES],
+                                            [4000.0 / (1 + k) for k in range(len(sweep))], "queries/s"),
+        "lychee.Sweep.track_qps_lychee": (["dataset", "nprobe"], [DATASETS, NPROBES],
+                                          [6000.0 / (1 + k) for k in range(len(sweep))], "queries/s"),
+        "lychee.Sweep.track_identical_rate": (["dataset", "nprobe"], [DATASETS, NPROBES], [identical] * len(sweep),
+                                              "fraction identical"),
+    })
+    asvfiles.write_run(results, machine, f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000, benches)
+    if machine_info:
+        (results / machine / environment.SIDECAR).write_text(json.dumps(machine_info))
+
+
+@pytest.fixture(scope="session")
+def fixture_db(tmp_path_factory):
+    root = tmp_path_factory.mktemp("appdb")
+    results = root / "results"
+    results.mkdir()
+    for i in range(6):  # cpu-box: reproduced, then a regression at the last commit
+        drop = 0.5 if i == 5 else 1.0
+        lychee_run(results, "cpu-box", i, [0.4 * drop, 0.4 * drop, 12.0 * drop, 11.0 * drop], 1.0)
+    lychee_run(results, "gpu-box", 0, [0.5, 0.5, 15.0, 14.0], 0.9,  # every gate fails here
+               machine_info={"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570", "cuda": "12.8",
+                             "libraries": {"torch": "2.13.0", "faiss-gpu-cu12": "1.15"}})
+    db = root / "fixture.duckdb"
+    assert ingest.ingest([results], db=db).ok
+    return db
+
+
+@pytest.fixture
+def use_db(fixture_db, monkeypatch):
+    monkeypatch.setenv("CLAIMBENCH_DB", str(fixture_db))
+    return fixture_db
+
+
+@pytest.fixture
+def empty_db(tmp_path, monkeypatch):
+    path = tmp_path / "empty.duckdb"
+    monkeypatch.setenv("CLAIMBENCH_DB", str(path))
+    return path

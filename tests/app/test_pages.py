@@ -1,0 +1,95 @@
+"""Every page under streamlit's AppTest, on the fixture store and on an empty one."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from claimbench.app import queries
+
+APP = Path(__file__).resolve().parents[2] / "app"
+PAGES = ["claims", "leaderboard", "paper", "alerts", "machines"]
+
+
+def run(page: str, **query) -> AppTest:
+    queries.st.cache_data.clear()
+    at = AppTest.from_file(str(APP / "sections" / f"{page}.py"), default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def frames(at):
+    """The dataframes a page shows (unwrapping styled ones)."""
+    return [getattr(df.value, "data", df.value) for df in at.dataframe]
+
+
+def text(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [i.value for i in at.info]
+    parts += [s.value for s in at.success] + [t.value for t in at.title]
+    return "\n".join(str(p) for p in parts)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_on_an_empty_store(empty_db, page):
+    at = run(page)
+    if page != "machines" or at.info:
+        assert "No results in the store yet" in text(at)
+
+
+def test_claims_page_shows_each_state(use_db):
+    at = run("claims")
+    df = frames(at)[0]
+    assert set(df["paper"]) >= {"lychee", "ssa", "trt-tuner"} and df["paper"].nunique() == 14
+    lychee = df[(df["paper"] == "lychee") & (df["claim"] == "speedup-at-equal-recall")].set_index("machine")
+    assert lychee.loc["cpu-box", "verdict"] == "partly"  # 6.0 after the regression, claimed >= 9.7
+    assert lychee.loc["gpu-box", "verdict"] == "gate failed"
+    decode = df[(df["paper"] == "ssa") & (df["claim"] == "decode-speedup-1m")].set_index("machine")
+    assert decode.loc["cpu-box", "verdict"] == "not testable here"
+    assert decode.loc["gpu-box", "verdict"] == "not measured yet"
+    assert len(at.get("vega_lite_chart")) == 1
+
+
+def test_claims_filters(use_db):
+    at = run("claims")
+    at.multiselect[0].set_value(["lychee"]).run()
+    at.multiselect[2].set_value(["gpu-box"]).run()
+    df = frames(at)[0]
+    assert set(df["paper"]) == {"lychee"} and set(df["machine"]) == {"gpu-box"}
+
+
+def test_leaderboard_ranks_only_gated_methods(use_db):
+    df = frames(run("leaderboard"))[0]
+    gpu = df[df["machine"] == "gpu-box"]
+    assert gpu[gpu["method"] == "Lychee"]["rank"].isna().all()  # failed gate: shown, not ranked
+    assert (gpu[gpu["method"] == "faiss IVF-Flat"]["rank"] == 1).all()
+    cpu = df[(df["machine"] == "cpu-box") & (df["group"] == "spectrum-256-decay1.5")].set_index("method")
+    assert cpu.loc["Lychee", "rank"] == 1
+
+
+def test_paper_page_has_tradeoff_history_and_csv(use_db):
+    at = run("paper", paper="lychee")
+    assert "Lychee" in text(at)
+    assert len(at.get("vega_lite_chart")) == 2  # trade-off and history
+    assert len(at.get("download_button")) == 1
+    at = run("paper", paper="gandalf")
+    assert "No suite for this paper yet" in text(at)
+
+
+def test_alerts_page_lists_the_regression_and_gate(use_db):
+    df = frames(run("alerts"))[0]
+    assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
+    assert df["series"].str.startswith("paper?series=").all()
+
+
+def test_machines_page(use_db):
+    df = frames(run("machines"))[0]
+    row = df.set_index("machine").loc["gpu-box"]
+    assert row["gpu"] == "NVIDIA H200" and "torch 2.13.0" in row["libraries"]
+
+
+def test_main_navigation_runs(use_db):
+    at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
+    at.run()
+    assert not at.exception
