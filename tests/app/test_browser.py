@@ -1,61 +1,32 @@
 """The leaderboard in a real headless chromium (Debian's), driven by playwright."""
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from claimbench import ingest
+from claimbench.appserver import CHROMIUM, CHROMIUM_ARGS, serve
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(fixture_db, tmp_path_factory):
     db = tmp_path_factory.mktemp("served") / "served.duckdb"
     shutil.copy(fixture_db, db)
-    port = free_port()
-    env = {**os.environ, "CLAIMBENCH_DB": str(db)}
-    proc = subprocess.Popen([sys.executable, "-m", "claimbench.cli", "app", "--port", str(port), "--db", str(db)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url + "/_stcore/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the leaderboard did not start: " + proc.stdout.read())
-    yield url, db
-    proc.terminate()
-    proc.wait(10)
+    with serve(db) as url:
+        yield url, db
 
 
 @pytest.fixture(scope="module")
 def page():
     playwright = pytest.importorskip("playwright.sync_api")
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser.new_page(viewport={"width": 1400, "height": 1000})
         browser.close()
 
