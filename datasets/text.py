@@ -43,7 +43,7 @@ def read_document(path: Path) -> str:
                     lines.append(rest.replace('"', ""))
                 continue
             lines.append(line)
-        raw = "\n".join(lines)
+        raw = "\n".join(lines).replace("\\-", "-")
         return _GROFF_ESCAPE.sub("", raw)
     return path.read_text("utf-8", "replace")
 
