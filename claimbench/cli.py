@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -92,7 +91,7 @@ def cmd_app(args) -> int:
            "--server.port", str(args.port), "--server.headless", "true",
            "--browser.gatherUsageStats", "false"]
     print(f"claimbench leaderboard: http://{args.host}:{args.port}", flush=True)
-    return subprocess.call(cmd, env=env)
+    os.execve(sys.executable, cmd, env)  # streamlit becomes this process: stopping it stops the server
 
 
 def parser() -> argparse.ArgumentParser:

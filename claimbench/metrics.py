@@ -28,10 +28,19 @@ CEILING_SHARE = Metric("share of ceiling", "higher", "achieved speedup / the spe
 VARIANCE = Metric("variance captured", "higher", "share of the data's variance in the kept directions")
 NPROBE = Metric("nprobe", "none", "inverted lists probed per query")
 ROWS_PER_S = Metric("rows/s", "higher", "rows ingested per second")
+TOKENS_PER_S = Metric("tokens/s", "higher", "tokens processed per second")
+PERPLEXITY = Metric("perplexity", "lower", "exp of the mean next-token negative log-likelihood")
+ACCURACY = Metric("accuracy", "higher", "share of expected answers found (string match)")
+USD = Metric("USD", "lower", "billed cost in US dollars")
+PERCENT_CHANGE = Metric("% change", "lower", "relative change vs the baseline, in percent (negative = cheaper)")
+PERCENT_SHARE = Metric("% of cost", "none", "share of the total, in percent (an observation)")
+ACCURACY_RATIO = Metric("accuracy ratio", "higher", "method accuracy / reference accuracy")
 STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
-                                PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED)}
+                                PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
+                                TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
+                                PERCENT_SHARE, ACCURACY_RATIO)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

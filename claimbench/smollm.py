@@ -124,3 +124,38 @@ def load(dtype: torch.dtype = torch.float32):
     for p in model.parameters():
         p.requires_grad_(False)
     return model, tokenizer_from_gguf(reader), int(reader.fields["tokenizer.ggml.eos_token_id"].contents())
+
+
+_HF_NAMES = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj", "attention.wv": "self_attn.v_proj",
+             "attention.wo": "self_attn.o_proj", "feed_forward.w1": "mlp.gate_proj", "feed_forward.w3": "mlp.up_proj",
+             "feed_forward.w2": "mlp.down_proj", "attention_norm": "input_layernorm",
+             "ffn_norm": "post_attention_layernorm"}
+
+
+def to_transformers(model: Llama):
+    """transformers' LlamaForCausalLM holding the same weights (the baseline implementation)."""
+    try:
+        import transformers
+    except ImportError:
+        raise ModelMissing("the transformers baseline needs: pip install 'claimbench[test]'") from None
+    c = model.config
+    hf_config = transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.dim, intermediate_size=c.ffn_dim, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, rms_norm_eps=c.norm_eps,
+        rope_theta=c.rope_theta, max_position_embeddings=c.max_seq_len, tie_word_embeddings=c.tie_embeddings,
+        head_dim=c.head_dim, attn_implementation="sdpa")
+    hf = transformers.LlamaForCausalLM(hf_config).to(model.tok_embeddings.weight.dtype)
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if name == "tok_embeddings.weight":
+            state["model.embed_tokens.weight"] = tensor
+        elif name == "norm.weight":
+            state["model.norm.weight"] = tensor
+        elif name == "output.weight":
+            state["lm_head.weight"] = tensor
+        else:
+            _, layer, rest = name.split(".", 2)
+            module, _, leaf = rest.rpartition(".")
+            state[f"model.layers.{layer}.{_HF_NAMES[module]}.{leaf}"] = tensor
+    hf.load_state_dict(state, strict=False)
+    return hf.eval()

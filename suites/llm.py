@@ -1,0 +1,166 @@
+"""The LLM substrate (SmolLM2-135M): our compact Llama vs transformers' LlamaForCausalLM on the
+same weights, same process, interleaved; perplexity beside the speed; dense accuracy on every
+long-context task at 4K as the reference that sparse and compressed methods are measured against.
+
+CLAIMBENCH_QUICK=1: prefill at 512 and 2K only, fewer decode steps and task samples.
+"""
+import multiprocessing
+import os
+import resource
+
+import torch
+
+from claimbench import measure, metrics
+from claimbench.datasets import longcontext as LC
+
+QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+PREFILL = [512, 2048] + ([] if QUICK else [8192])
+DECODE_CONTEXT, DECODE_STEPS = 2048, 8 if QUICK else 32
+TASK_LENGTH, TASK_SAMPLES = 4096, 1 if QUICK else 5
+IMPLS = ["claimbench", "transformers"]
+
+
+def models():
+    from claimbench import smollm
+    torch.set_num_threads(os.cpu_count() or 1)
+    model, tok, eos = smollm.load()
+    return model, smollm.to_transformers(model), tok, eos
+
+
+def prefill_fns(model, hf, ids):
+    def ours():
+        with torch.inference_mode():
+            model(ids, model.new_cache(capacity=ids.shape[1]), last_only=True)
+
+    def theirs():
+        with torch.inference_mode():
+            hf(ids, use_cache=True, logits_to_keep=1)
+    return {"claimbench": ours, "transformers": theirs}
+
+
+def decode_fns(model, hf, ids, steps):
+    """Prefill once per implementation (untimed); each call times `steps` greedy decode steps."""
+    with torch.inference_mode():
+        cache = model.new_cache(capacity=ids.shape[1] + 4 * steps)
+        model(ids, cache, last_only=True)
+        hf_out = hf(ids, use_cache=True, logits_to_keep=1)
+    length = cache.length
+
+    def ours():
+        cache.length, cache.next_position = length, length  # rewind: the same steps every call
+        token = torch.tensor([[5]])
+        with torch.inference_mode():
+            for _ in range(steps):
+                token = model(token, cache)[:, -1].argmax(-1, keepdim=True)
+
+    def theirs():
+        past = hf_out.past_key_values
+        past.crop(length)
+        token = torch.tensor([[5]])
+        with torch.inference_mode():
+            for _ in range(steps):
+                out = hf(token, past_key_values=past, use_cache=True)
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+    return {"claimbench": ours, "transformers": theirs}
+
+
+def perplexity(forward, ids, window=1024) -> float:
+    """Token-level perplexity over non-overlapping windows."""
+    nll, count = 0.0, 0
+    with torch.inference_mode():
+        for start in range(0, ids.shape[1] - 1, window):
+            chunk = ids[:, start:start + window + 1]
+            logits = forward(chunk[:, :-1]).float()
+            nll += torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
+            count += chunk.shape[1] - 1
+    return float(torch.exp(torch.tensor(nll / count)))
+
+
+def _peak_rss_8k(_):
+    from claimbench import smollm
+    model, _, _ = smollm.load()
+    ids = torch.randint(0, model.config.vocab_size, (1, 8192), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        model(ids, model.new_cache(capacity=8192), last_only=True)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Throughput:
+    params = (["prefill-" + str(n) for n in PREFILL] + [f"decode-{DECODE_CONTEXT}"], IMPLS)
+    param_names = ["phase", "implementation"]
+    timeout = 3600
+    rounds = 1
+    repeat = 1
+    number = 1
+
+    def setup_cache(self):
+        model, hf, tok, _ = models()
+        gen = torch.Generator().manual_seed(0)
+        out = {}
+        for n in PREFILL:
+            ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
+            times = measure.interleaved(prefill_fns(model, hf, ids), rounds=3 if n < 8192 else 1)
+            out.update({(f"prefill-{n}", impl): n / measure.median(t) for impl, t in times.items()})
+        ids = torch.randint(0, model.config.vocab_size, (1, DECODE_CONTEXT), generator=gen)
+        times = measure.interleaved(decode_fns(model, hf, ids, DECODE_STEPS), rounds=3)
+        out.update({(f"decode-{DECODE_CONTEXT}", impl): DECODE_STEPS / measure.median(t) for impl, t in times.items()})
+        text = torch.tensor([tok.encode(LC.perplexity_text(20_000 if QUICK else 100_000)).ids])
+        out["ppl", "claimbench"] = perplexity(lambda x: model(x), text)
+        out["ppl", "transformers"] = perplexity(lambda x: hf(x).logits, text)
+        return out
+
+    def track_tokens_per_s(self, r, phase, implementation):
+        return r[phase, implementation]
+    track_tokens_per_s.unit = metrics.TOKENS_PER_S.unit
+
+    def track_speedup_vs_transformers(self, r, phase, implementation):
+        if implementation != "claimbench":
+            raise NotImplementedError("the ratio is reported on the claimbench row")
+        return r[phase, "claimbench"] / r[phase, "transformers"]
+    track_speedup_vs_transformers.unit = metrics.SPEEDUP.unit
+
+    def track_perplexity(self, r, phase, implementation):
+        return r["ppl", implementation]
+    track_perplexity.unit = metrics.PERPLEXITY.unit
+
+
+class PeakMemory:
+    timeout = 1200
+
+    def setup_cache(self):
+        if QUICK:
+            raise NotImplementedError("8K peak memory runs in full mode only")
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(_peak_rss_8k, (None,))
+
+    def track_peak_rss_prefill_8k(self, rss):
+        return rss
+    track_peak_rss_prefill_8k.unit = metrics.BYTES.unit
+
+
+class DenseAccuracy:
+    """Dense attention's score on each long-context task at 4K: the reference for sparse methods."""
+    params = (list(LC.TASKS),)
+    param_names = ["task"]
+    timeout = 3600
+    rounds = 1
+    repeat = 1
+    number = 1
+
+    def setup_cache(self):
+        from claimbench.model import generate
+        model, _, tok, eos = models()
+        count = lambda s: len(tok.encode(s).ids)  # noqa: E731
+        scores = {}
+        for task in LC.TASKS:
+            total = 0.0
+            for seed in range(TASK_SAMPLES):
+                sample = LC.make(task, TASK_LENGTH, count, seed)
+                out = generate(model, torch.tensor(tok.encode(sample.prompt()).ids), 32, eos)
+                total += LC.score(sample, tok.decode(out.tolist()))
+            scores[task] = total / TASK_SAMPLES
+        return scores
+
+    def track_accuracy(self, scores, task):
+        return scores[task]
+    track_accuracy.unit = metrics.ACCURACY.unit
