@@ -35,12 +35,15 @@ USD = Metric("USD", "lower", "billed cost in US dollars")
 PERCENT_CHANGE = Metric("% change", "lower", "relative change vs the baseline, in percent (negative = cheaper)")
 PERCENT_SHARE = Metric("% of cost", "none", "share of the total, in percent (an observation)")
 ACCURACY_RATIO = Metric("accuracy ratio", "higher", "method accuracy / reference accuracy")
+IOPS = Metric("IOPS", "higher", "I/O requests completed per second")
+BYTES_PER_S = Metric("bytes/s", "higher", "bytes read per second")
+SUBMIT_SHARE = Metric("submit share", "lower", "share of wall time spent inside submission calls")
 STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
                                 TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
-                                PERCENT_SHARE, ACCURACY_RATIO)}
+                                PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

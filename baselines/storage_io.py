@@ -1,0 +1,249 @@
+"""Storage read/write paths behind one interface, and a KV-chunk store on local disk (PAPERS.md A4).
+
+Every path reads batches of (file, offset, length) requests into page-aligned memory, so the
+same requests can go through O_DIRECT on every path:
+- SyncPread: one synchronous pread at a time, in order (the control path of GDS compat mode,
+  the paper's baseline: per-request submission, totally ordered).
+- ThreadPoolPread: the same preads from a pool of threads (queue depth = threads).
+- IoUringBatched (claimbench.impl.ugds): batched asynchronous submission (the paper's idea).
+- Kvikio (cuFile) when a GPU and kvikio exist; skipped cleanly otherwise.
+KVChunkStore lays chunks of 4 KiB..16 MiB into files at 4 KiB-aligned offsets with an index and a
+CRC32 per chunk; a read whose bytes do not match its checksum raises, never returns wrong bytes.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import threading
+import time
+import zlib
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ALIGN = 4096
+
+
+class StorageError(OSError):
+    """A store or read-path failure with the file and the reason."""
+
+
+def align_up(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    fd: int
+    offset: int
+    length: int
+
+
+class AlignedArena:
+    """Page-aligned memory (anonymous mmap) cut into slots, one per request in flight."""
+
+    def __init__(self, slot_bytes: int, slots: int):
+        self.slot_bytes = align_up(slot_bytes)
+        self.slots = slots
+        self.mem = mmap.mmap(-1, self.slot_bytes * slots)
+        self.view = memoryview(self.mem)
+
+    def slot(self, i: int, length: int | None = None) -> memoryview:
+        start = i * self.slot_bytes
+        return self.view[start:start + (length or self.slot_bytes)]
+
+
+@dataclass
+class IOStats:
+    """What the last batch cost: wall time and time inside submission calls."""
+    requests: int = 0
+    bytes: int = 0
+    wall_s: float = 0.0
+    submit_s: float = 0.0
+
+    @property
+    def submit_share(self) -> float:
+        return self.submit_s / self.wall_s if self.wall_s else 0.0
+
+
+class BatchReader(ABC):
+    """read_batch(requests, arena) fills arena slot i with request i; returns per-request bytes read."""
+    name = "reader"
+    stats: IOStats
+
+    @abstractmethod
+    def read_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def _check(requests: list[ReadRequest], arena: AlignedArena) -> None:
+        if len(requests) > arena.slots:
+            raise StorageError(f"{len(requests)} requests but the arena has {arena.slots} slots")
+        for r in requests:
+            if r.length > arena.slot_bytes:
+                raise StorageError(f"request of {r.length} bytes exceeds the {arena.slot_bytes}-byte slot")
+
+
+def _direct_aligned(r: ReadRequest) -> None:
+    if r.offset % ALIGN or r.length % ALIGN:
+        raise StorageError(f"O_DIRECT needs {ALIGN}-byte alignment: offset {r.offset}, length {r.length}")
+
+
+@dataclass
+class SyncPread(BatchReader):
+    name = "sync-pread"
+    stats: IOStats = field(default_factory=IOStats)
+
+    def read_batch(self, requests, arena):
+        self._check(requests, arena)
+        start, submit, out = time.perf_counter(), 0.0, []
+        for i, r in enumerate(requests):
+            t = time.perf_counter()
+            out.append(os.preadv(r.fd, [arena.slot(i, r.length)], r.offset))
+            submit += time.perf_counter() - t  # the call blocks: submission and completion in one
+        self.stats = IOStats(len(requests), sum(out), time.perf_counter() - start, submit)
+        return out
+
+
+@dataclass
+class ThreadPoolPread(BatchReader):
+    threads: int = 8
+    name = "thread-pool"
+    stats: IOStats = field(default_factory=IOStats)
+
+    def __post_init__(self):
+        self._pool = ThreadPoolExecutor(self.threads)
+
+    def read_batch(self, requests, arena):
+        self._check(requests, arena)
+        start = time.perf_counter()
+        out = list(self._pool.map(lambda ir: os.preadv(ir[1].fd, [arena.slot(ir[0], ir[1].length)], ir[1].offset),
+                                  enumerate(requests)))
+        wall = time.perf_counter() - start
+        self.stats = IOStats(len(requests), sum(out), wall, wall)
+        return out
+
+    def close(self):
+        self._pool.shutdown()
+
+
+def kvikio_available() -> bool:
+    try:
+        import cupy  # noqa: F401
+        import kvikio  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class Kvikio(BatchReader):
+    """cuFile reads straight into GPU memory (GDS), where kvikio and a GPU exist (not run here: no GPU)."""
+    name = "kvikio-cufile"
+    stats: IOStats = field(default_factory=IOStats)
+
+    def __post_init__(self):
+        if not kvikio_available():
+            raise StorageError("kvikio (cuFile) needs a GPU with kvikio and cupy installed: pip install 'claimbench[gpu]'")
+
+    def read_batch(self, requests, arena):
+        import cupy
+        import kvikio
+        start = time.perf_counter()
+        futures, out = [], []
+        for r in requests:
+            buf = cupy.empty(r.length, dtype=cupy.uint8)
+            f = kvikio.CuFile(f"/proc/self/fd/{r.fd}", "r")
+            futures.append((f, f.pread(buf, r.length, r.offset)))
+        for f, fut in futures:
+            out.append(fut.get())
+            f.close()
+        wall = time.perf_counter() - start
+        self.stats = IOStats(len(requests), sum(out), wall, wall)
+        return out
+
+
+@dataclass
+class KVChunkStore:
+    """KV chunks by (prefix block, layer) in one data file, 4 KiB-aligned, indexed, checksummed."""
+    root: Path
+    direct: bool = True
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.data = self.root / "chunks.bin"
+        self.index_path = self.root / "index.json"
+        self.index: dict[str, list[int]] = {}  # "block/layer" -> [offset, length, crc32]
+        if self.index_path.exists():
+            try:
+                self.index = json.loads(self.index_path.read_text())
+            except json.JSONDecodeError as e:
+                raise StorageError(f"{self.index_path}: corrupt index ({e})") from None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(block: int, layer: int) -> str:
+        return f"{block}/{layer}"
+
+    def open_read(self) -> int:
+        flags = os.O_RDONLY | (os.O_DIRECT if self.direct else 0)
+        try:
+            return os.open(self.data, flags)
+        except FileNotFoundError:
+            raise StorageError(f"{self.data}: missing chunk file") from None
+
+    def write(self, block: int, layer: int, payload: bytes) -> None:
+        """Append one chunk (padded to 4 KiB) and record it; the index is saved after every write batch."""
+        length = len(payload)
+        padded = payload + b"\0" * (align_up(length) - length)
+        with self._lock:
+            offset = self.data.stat().st_size if self.data.exists() else 0
+            try:
+                with open(self.data, "ab") as f:
+                    f.write(padded)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise StorageError(f"{self.data}: write of {len(padded)} bytes failed: {e.strerror}") from None
+            self.index[self.key(block, layer)] = [offset, length, zlib.crc32(payload)]
+
+    def save_index(self) -> None:
+        tmp = self.index_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.index))
+        os.replace(tmp, self.index_path)
+
+    def requests(self, fd: int, keys: list[tuple[int, int]]) -> list[ReadRequest]:
+        out = []
+        for block, layer in keys:
+            entry = self.index.get(self.key(block, layer))
+            if entry is None:
+                raise StorageError(f"no chunk for block {block}, layer {layer} in {self.index_path}")
+            offset, length, _ = entry
+            out.append(ReadRequest(fd, offset, align_up(length)))
+        if self.direct:
+            for r in out:
+                _direct_aligned(r)
+        return out
+
+    def read(self, keys: list[tuple[int, int]], reader: BatchReader, arena: AlignedArena) -> list[bytes]:
+        """Chunks by key through a read path; every chunk's length and CRC32 are verified."""
+        fd = self.open_read()
+        try:
+            got = reader.read_batch(self.requests(fd, keys), arena)
+        finally:
+            os.close(fd)
+        out = []
+        for i, ((block, layer), n) in enumerate(zip(keys, got)):
+            offset, length, crc = self.index[self.key(block, layer)]
+            if n < length:
+                raise StorageError(f"{self.data}: chunk {block}/{layer} truncated ({n} of {length} bytes)")
+            data = bytes(arena.slot(i, length))
+            if zlib.crc32(data) != crc:
+                raise StorageError(f"{self.data}: chunk {block}/{layer} fails its checksum")
+            out.append(data)
+        return out

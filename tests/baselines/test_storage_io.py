@@ -1,0 +1,116 @@
+import os
+import random
+
+import pytest
+
+from claimbench.baselines.storage_io import (AlignedArena, KVChunkStore, ReadRequest, StorageError, SyncPread,
+                                             ThreadPoolPread)
+from claimbench.impl import ugds
+from claimbench.impl.ugds import IoUringBatched, io_uring_available
+
+
+def readers():
+    out = [SyncPread(), ThreadPoolPread(threads=4)]
+    if io_uring_available():
+        out.append(IoUringBatched(queue_depth=8))
+    return out
+
+
+@pytest.fixture
+def store(tmp_path):
+    rng = random.Random(0)
+    s = KVChunkStore(tmp_path / "kv")
+    payloads = {}
+    for block in range(6):
+        for layer in range(3):
+            size = rng.choice([4096, 5000, 12288, 65536, 100_000])
+            payloads[block, layer] = rng.randbytes(size)
+            s.write(block, layer, payloads[block, layer])
+    s.save_index()
+    return s, payloads
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_every_path_returns_identical_bytes(store, direct):
+    s, payloads = store
+    s.direct = direct
+    keys = list(payloads)
+    random.Random(1).shuffle(keys)
+    arena = AlignedArena(100_000, len(keys))
+    for reader in readers():
+        assert s.read(keys, reader, arena) == [payloads[k] for k in keys], reader.name
+        reader.close()
+
+
+def test_index_survives_reopen(store):
+    s, payloads = store
+    again = KVChunkStore(s.root)
+    assert again.read([(2, 1)], SyncPread(), AlignedArena(100_000, 1)) == [payloads[2, 1]]
+
+
+def test_checksum_catches_corruption(store):
+    s, _ = store
+    offset = s.index[s.key(3, 2)][0]
+    with open(s.data, "r+b") as f:
+        f.seek(offset + 10)
+        f.write(b"\xff\xfe")
+    with pytest.raises(StorageError, match="chunk 3/2 fails its checksum"):
+        s.read([(3, 2)], SyncPread(), AlignedArena(100_000, 1))
+
+
+def test_truncated_and_missing_files(store):
+    s, _ = store
+    last = max(s.index.values())
+    os.truncate(s.data, last[0] + 100)
+    key = next(k for k, v in s.index.items() if v == last)
+    block, layer = map(int, key.split("/"))
+    s.direct = False
+    with pytest.raises(StorageError, match="truncated"):
+        s.read([(block, layer)], SyncPread(), AlignedArena(100_000, 1))
+    with pytest.raises(StorageError, match="no chunk for block 99"):
+        s.read([(99, 0)], SyncPread(), AlignedArena(100_000, 1))
+    os.remove(s.data)
+    with pytest.raises(StorageError, match="missing chunk file"):
+        s.read([(0, 0)], SyncPread(), AlignedArena(100_000, 1))
+
+
+def test_unaligned_direct_read_is_refused(store):
+    s, _ = store
+    s.index[s.key(0, 0)][0] = 100  # an offset O_DIRECT cannot read
+    with pytest.raises(StorageError, match="alignment: offset 100"):
+        s.read([(0, 0)], SyncPread(), AlignedArena(100_000, 1))
+
+
+def test_full_disk_is_a_clear_error(tmp_path):
+    s = KVChunkStore(tmp_path / "full")
+    s.data.symlink_to("/dev/full")
+    with pytest.raises(StorageError, match="write of 4096 bytes failed: No space left"):
+        s.write(0, 0, b"x" * 10)
+
+
+def test_batch_larger_than_arena(store):
+    s, _ = store
+    with pytest.raises(StorageError, match="slots"):
+        SyncPread().read_batch([ReadRequest(0, 0, 4096)] * 3, AlignedArena(4096, 2))
+
+
+def test_fallback_when_io_uring_is_missing(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_liburing(name, *args, **kwargs):
+        if name == "liburing":
+            raise ImportError("no liburing")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_liburing)
+    assert not ugds.io_uring_available()
+    with pytest.raises(StorageError, match="pip install liburing"):
+        IoUringBatched()
+
+
+@pytest.mark.skipif(not io_uring_available(), reason="io_uring unavailable")
+def test_io_uring_counts_submission_time(store):
+    s, payloads = store
+    reader = IoUringBatched(queue_depth=4)
+    s.read(list(payloads), reader, AlignedArena(100_000, len(payloads)))
+    assert reader.stats.requests == len(payloads) and 0 < reader.stats.submit_share < 1
