@@ -38,12 +38,16 @@ ACCURACY_RATIO = Metric("accuracy ratio", "higher", "method accuracy / reference
 IOPS = Metric("IOPS", "higher", "I/O requests completed per second")
 BYTES_PER_S = Metric("bytes/s", "higher", "bytes read per second")
 SUBMIT_SHARE = Metric("submit share", "lower", "share of wall time spent inside submission calls")
+RELATIVE_ERROR = Metric("relative error", "lower", "||method - reference|| / ||reference||")
+POINTS = Metric("points", "higher", "accuracy difference in percentage points")
+PERCENT_OF_DENSE = Metric("% of dense", "higher", "method accuracy as a percentage of dense attention's")
 STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
                                 TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
-                                PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE)}
+                                PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE,
+                                RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

@@ -112,6 +112,13 @@ class KVCache:
         mask[torch.as_tensor(index, dtype=torch.long, device=mask.device)] = False
         self.keep(mask.nonzero().flatten())
 
+    def clone(self) -> "KVCache":
+        """An independent copy (e.g. one prefill shared by several decode-time methods)."""
+        other = object.__new__(KVCache)
+        other.k, other.v, other.positions = self.k.clone(), self.v.clone(), self.positions.clone()
+        other.length, other.next_position = self.length, self.next_position
+        return other
+
     def valid_positions(self) -> Tensor:
         return self.positions[:self.length]
 

@@ -104,7 +104,7 @@ def _series(con, benchmark: str) -> dict[tuple[str, str], dict]:
     """(machine, commit) -> {'date': ..., 'values': {params: value}} for one benchmark."""
     rows = con.execute(
         """SELECT r.machine, r.commit_hash, r.commit_date, x.params, x.value
-           FROM results x JOIN runs r USING (run_id) WHERE x.benchmark = ?
+           FROM results x JOIN runs r USING (run_id) WHERE x.benchmark = ? AND x.status != 'skipped'
            ORDER BY r.commit_date NULLS FIRST, r.ingested_at""", [benchmark]).fetchall()
     out: dict[tuple[str, str], dict] = {}
     for machine, commit, date, params, value in rows:
