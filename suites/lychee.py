@@ -23,7 +23,8 @@ from claimbench.quality import identical_rows, recall_at_k
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 K = 10
-DATASETS = ["glove-50-angular", "minilm-384-text", "spectrum-256-decay1.0", "spectrum-256-decay1.5"] + (
+DATASETS = ["glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",
+            "spectrum-256-decay1.5"] + (
     [] if QUICK else ["spectrum-960-decay0.5"])
 NPROBES = [4, 16, 64, 128]
 TARGETS = ["0.999", "0.9999"]
