@@ -1,0 +1,121 @@
+"""Engine backends for the tuner: ONNX Runtime on CPU here, TensorRT where it imports.
+
+The baseline of the tuner claim is the default build: ONNX Runtime's defaults (all graph
+optimizations, its own thread count, sequential execution, no quantization), i.e. the default
+route of OrtBackend's knobs.
+ORT knobs: graph optimization level; individually disabled optimizers; int8 dynamic quantization
+of MatMul weights, with or without per-node exclusions (the MatMuls whose weights have the worst
+outlier ratio max|w|/std stay fp32); 4-bit MatMulNBits weights; intra-op threads; execution mode;
+memory-pattern planning.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from claimbench.impl.tuner import Backend, Knob
+
+
+class OrtBackend(Backend):
+    name = "onnxruntime-cpu"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def knobs(self, workload) -> list[Knob]:
+        return [
+            Knob("opt_level", ("all", "extended", "basic", "disabled"), "all"),
+            Knob("disabled_optimizers", ("none", "attention+gelu fusions", "matmul-add fusion"), "none"),
+            Knob("quantization", ("none", "int8-dynamic", "int8-dynamic-excluding-outliers", "int4-matmulnbits"), "none"),
+            Knob("threads", (0, 1, 2), 0),
+            Knob("execution_mode", ("sequential", "parallel"), "sequential"),
+            Knob("mem_pattern", (True, False), True),
+        ]
+
+    def _quantized(self, workload, mode: str, workdir: Path) -> Path:
+        src = Path(workload.onnx_path)
+        if mode == "none":
+            return src
+        tag = hashlib.sha1(f"{src}|{src.stat().st_mtime_ns}|{mode}".encode()).hexdigest()[:12]
+        out = workdir / f"{src.stem}-{mode}-{tag}.onnx"
+        if out.exists():
+            return out
+        import onnx
+        if mode.startswith("int8-dynamic"):
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+            exclude = outlier_matmuls(onnx.load(str(src)), 0.25) if mode.endswith("outliers") else []
+            quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                             nodes_to_exclude=exclude)
+        else:
+            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+            q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
+            q.process()
+            q.model.save_model_to_file(str(out), use_external_data_format=False)
+        return out
+
+    def build(self, workload, route: dict, workdir: Path):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                       "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                                       "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                       "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[route["opt_level"]]
+        so.intra_op_num_threads = int(route["threads"])
+        so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if route["execution_mode"] == "parallel"
+                             else ort.ExecutionMode.ORT_SEQUENTIAL)
+        so.enable_mem_pattern = bool(route["mem_pattern"])
+        disabled = {"none": [], "attention+gelu fusions": ["AttentionFusion", "GeluFusion", "BiasGeluFusion"],
+                    "matmul-add fusion": ["MatMulAddFusion"]}[route["disabled_optimizers"]]
+        model = self._quantized(workload, route["quantization"], workdir)
+        return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=disabled)
+
+    def run(self, engine, feeds: dict) -> list[np.ndarray]:
+        return engine.run(None, feeds)
+
+
+def outlier_matmuls(model, fraction: float) -> list[str]:
+    """Names of the MatMul nodes whose constant weight has the largest max|w| / std: the ones
+    int8 hurts most. A cheap, data-free sensitivity ranking (ours)."""
+    from onnx import numpy_helper
+    weights = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    scored = []
+    for node in model.graph.node:
+        if node.op_type == "MatMul":
+            w = next((weights[i] for i in node.input if i in weights), None)
+            if w is not None and w.size and w.std() > 0:
+                scored.append((float(np.abs(w).max() / w.std()), node.name))
+    scored.sort(reverse=True)
+    return [name for _, name in scored[: max(1, int(len(scored) * fraction))]] if scored else []
+
+
+class TensorRTBackend(Backend):
+    """TensorRT engines (builder flags and precision per route) where `tensorrt` imports and a GPU
+    exists; not installable on these machines, so never run here."""
+    name = "tensorrt"
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def knobs(self, workload) -> list[Knob]:
+        return [Knob("precision", ("fp32", "fp16", "int8"), "fp32"),
+                Knob("builder_optimization_level", (3, 5), 3),
+                Knob("sparse_weights", (False, True), False)]
+
+    def build(self, workload, route, workdir):
+        raise RuntimeError("TensorRT is not available on this machine")
+
+    def run(self, engine, feeds):
+        raise RuntimeError("TensorRT is not available on this machine")

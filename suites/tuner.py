@@ -1,0 +1,71 @@
+"""Accuracy-gated global tuner vs the default engine build (PAPERS.md A5), on ONNX Runtime CPU.
+
+Per workload: the default build's latency (ORT defaults), the tuned winner's latency (the fastest
+route passing the tensor gate and the held-out check), their ratio, the gate numbers of the winner
+and its held-out result. TensorRT is not installable here: the TensorRT claim is not testable.
+Each workload's search runs in `mixed` mode within a stated time budget; every route is built and
+timed in its own child process.
+CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget.
+"""
+import os
+import tempfile
+from pathlib import Path
+
+from claimbench import metrics
+from claimbench.baselines.engine_build import OrtBackend
+from claimbench.datasets import onnx_workloads as W
+from claimbench.impl.tuner import Tuner
+
+QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
+MODE = "fast" if QUICK else "mixed"
+BUDGET_S = 120 if QUICK else 900  # per workload
+
+
+def tune(name: str) -> dict:
+    workload = W.load(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
+                       workdir=Path(tmp)).run(progress=lambda msg: print(msg, flush=True))
+    default, winner = result["default"], result["winner"]
+    return {"default": default.latency_s if default else None, "default_passed": bool(default and default.passed),
+            "winner": winner.latency_s if winner else None, "route": winner.route if winner else None,
+            "gate": winner.gate if winner else None, "held_out": winner.held_out if winner else None,
+            "tried": len(result["tried"]), "crashed": sum(r.status != "ok" for r in result["tried"]),
+            "gate_failed": sum(r.status == "ok" and not r.passed for r in result["tried"])}
+
+
+class Tuned:
+    params = (WORKLOADS,)
+    param_names = ["workload"]
+    timeout = 7200
+
+    def setup_cache(self):
+        return {name: tune(name) for name in WORKLOADS}
+
+    def track_default_latency(self, r, workload):
+        return r[workload]["default"]
+    track_default_latency.unit = metrics.SECONDS.unit
+
+    def track_tuned_latency(self, r, workload):
+        return r[workload]["winner"]
+    track_tuned_latency.unit = metrics.SECONDS.unit
+
+    def track_speedup_over_default(self, r, workload):
+        point = r[workload]
+        if point["winner"] is None or not point["default_passed"]:
+            raise AssertionError(f"{workload}: no route passed the gate and the held-out check")
+        return point["default"] / point["winner"]
+    track_speedup_over_default.unit = metrics.SPEEDUP.unit
+
+    def track_winner_cosine(self, r, workload):
+        return r[workload]["gate"]["cosine"]
+    track_winner_cosine.unit = metrics.COSINE.unit
+
+    def track_winner_held_out(self, r, workload):
+        return r[workload]["held_out"]
+    track_winner_held_out.unit = metrics.HELD_OUT.unit
+
+    def track_routes_rejected(self, r, workload):
+        return r[workload]["gate_failed"] + r[workload]["crashed"]
+    track_routes_rejected.unit = metrics.COUNT.unit
