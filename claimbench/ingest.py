@@ -138,13 +138,12 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
     rows = []
     for key in sorted(res.get_all_result_keys()):
         params = res.get_result_params(key) or []
-        combos = list(itertools.product(*params))
         decoded = list(itertools.product(*[[_param_value(v) for v in values] for values in params]))
         values = res.get_result_value(key, params)
-        stats = res.get_result_stats(key, params) or [None] * len(combos)
-        samples = res.get_result_samples(key, params) or [None] * len(combos)
-        if not isinstance(values, list) or len(values) != len(combos):
-            raise ValueError(f"benchmark {key}: {len(combos)} parameter combinations but values {values!r}")
+        stats = res.get_result_stats(key, params) or [None] * len(decoded)
+        samples = res.get_result_samples(key, params) or [None] * len(decoded)
+        if not isinstance(values, list) or len(values) != len(decoded):
+            raise ValueError(f"benchmark {key}: {len(decoded)} parameter combinations but values {values!r}")
         bmeta = meta.get(key, {})
         names = bmeta.get("param_names") or [f"param{i}" for i in range(len(params))]
         unit = bmeta.get("unit") or ("seconds" if key.rsplit(".", 1)[-1].startswith("time_") else None)
