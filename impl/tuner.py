@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
+import queue as queue_mod
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -179,13 +180,22 @@ class Tuner:
         child = ctx.Process(target=_measure, args=(self.backend, self.workload, route, str(self.workdir),
                                                    self.repeats, queue))
         child.start()
-        try:
-            status, latency, gate_out, held, error = queue.get(timeout=self.route_timeout_s)
-        except Exception:  # noqa: BLE001 - queue.Empty: the child hung or died silently
-            child.kill()
-            child.join()
-            status = "crashed" if child.exitcode not in (None, 0, -9) else "timeout"
-            return RouteResult(route, status, error=f"child exit code {child.exitcode}")
+        deadline = time.monotonic() + self.route_timeout_s
+        while True:  # wait for the result, noticing a dead or hung child early
+            try:
+                status, latency, gate_out, held, error = queue.get(timeout=0.2)
+                break
+            except queue_mod.Empty:
+                if not child.is_alive():
+                    try:
+                        status, latency, gate_out, held, error = queue.get(timeout=1.0)
+                        break
+                    except queue_mod.Empty:
+                        return RouteResult(route, "crashed", error=f"child exit code {child.exitcode}")
+                if time.monotonic() > deadline:
+                    child.kill()
+                    child.join()
+                    return RouteResult(route, "timeout", error=f"no result within {self.route_timeout_s:.0f}s")
         child.join(30)
         if status != "ok":
             return RouteResult(route, status, error=error)
