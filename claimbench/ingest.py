@@ -61,7 +61,7 @@ def find_files(paths) -> list[Path]:
             raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
             found += sorted(f for f in p.rglob("*.json") if f.name not in NOT_RESULTS)
-        else:
+        elif p.name not in NOT_RESULTS:  # asv's metadata files are read beside the results
             found.append(p)
     return found
 
