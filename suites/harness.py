@@ -9,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
 from claimbench import asvfiles, ingest, metrics, store
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
@@ -62,9 +64,9 @@ class ClaimsFirstPaint:
         try:
             from playwright.sync_api import sync_playwright
         except ImportError:
-            raise NotImplementedError("playwright is not installed")
+            raise SkipNotImplemented("playwright is not installed") from None
         if not Path(CHROMIUM).exists():
-            raise NotImplementedError("Debian's chromium is not installed")
+            raise SkipNotImplemented("Debian's chromium is not installed")
         root = Path(tempfile.mkdtemp(prefix="claimbench-paint-"))
         n_rows = write_results(root / "results", 10, 10_000)
         db = root / "paint.duckdb"
