@@ -1,6 +1,7 @@
 """Verdicts: each claim of papers.toml against what each machine measured.
 
-reproduced      the measured value reaches the claim (the weaker end of a range), within tolerance
+reproduced      the measured value reaches the claim (the weaker end of a range), within `tolerance`
+                of the claimed gain over `neutral` (10%: a claimed 1.14x needs 1.126x, -27.7% needs -24.9%)
 partly          better than the baseline (past `neutral`), short of the claim
 not reproduced  no better than the baseline
 gate failed     the method did not pass its quality gate, so its ratio does not count
@@ -91,7 +92,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         verdict = REPRODUCED if better else NOT_REPRODUCED
         reason = f"{'better' if better else 'no better'} than the baseline ({claim.neutral:g})"
     else:
-        slack = claim.tolerance * abs(target)
+        slack = claim.tolerance * abs(target - claim.neutral)  # slack on the claimed gain, not the raw value
         reached = value >= target - slack if claim.direction == "higher" else value <= target + slack
         verdict = REPRODUCED if reached else PARTLY if better else NOT_REPRODUCED
         reason = f"{claim.fold} over {len(passing)} combination(s) = {value:.4g} {claim.unit} vs claimed {claim.claimed_text}"
