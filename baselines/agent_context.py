@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from claimbench.agentcost import CallBill, ContextPolicy, Segment, bill, history, old_tool_outputs
+from claimbench.agentcost import ContextPolicy, Segment, bill, history, old_tool_outputs
 
 
 @dataclass

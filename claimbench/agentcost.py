@@ -135,9 +135,11 @@ class Summary:
 
 def summarize(policy: ContextPolicy, traj: Trajectory, prices: list[PriceTable], window: int) -> Summary:
     """Replay under each provider's minimum cacheable prefix and price the bills."""
-    summary = None
-    for table in prices:
-        bills = policy.replay(traj, window, table.min_cacheable)
+    summary, replays = None, {}
+    for table in prices:  # bills depend only on the minimum cacheable prefix: replay once per value
+        if table.min_cacheable not in replays:
+            replays[table.min_cacheable] = policy.replay(traj, window, table.min_cacheable)
+        bills = replays[table.min_cacheable]
         if summary is None:
             summary = Summary(policy.name, sum(b.kind == "agent" for b in bills), sum(b.context > window for b in bills))
         summary.tokens[table.name] = {k: sum(getattr(b, k) for b in bills) for k in ("read", "written", "uncached", "output")}

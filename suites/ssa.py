@@ -61,7 +61,7 @@ def run(length: int, sparsity: float) -> dict:
             ids = tok.encode(sample.prompt()).ids
             with torch.inference_mode():
                 base = model.new_cache(capacity=len(ids) + 40)
-                logits = model(torch.tensor([ids[:-1]]), base, last_only=True)
+                model(torch.tensor([ids[:-1]]), base, last_only=True)
                 if seed == 0:  # one decode step with every method on the same q/k/v
                     probe = ErrorProbe(make_methods(sparsity))
                     with model.attention_method(probe):
