@@ -1,10 +1,10 @@
 """Storage read/write paths behind one interface, and a KV-chunk store on local disk (PAPERS.md A4).
 
-Every path reads batches of (file, offset, length) requests into page-aligned memory, so the
-same requests can go through O_DIRECT on every path:
-- SyncPread: one synchronous pread at a time, in order (the control path of GDS compat mode,
-  the paper's baseline: per-request submission, totally ordered).
-- ThreadPoolPread: the same preads from a pool of threads (queue depth = threads).
+Every path reads and writes batches of (file, offset, length) requests from page-aligned memory,
+so the same requests can go through O_DIRECT on every path:
+- SyncPread: one synchronous pread/pwrite at a time, in order (the control path of GDS compat
+  mode, the paper's baseline: per-request submission, totally ordered).
+- ThreadPoolPread: the same calls from a pool of threads (queue depth = threads).
 - IoUringBatched (claimbench.impl.ugds): batched asynchronous submission (the paper's idea).
 - Kvikio (cuFile) when a GPU and kvikio exist; skipped cleanly otherwise.
 KVChunkStore lays chunks of 4 KiB..16 MiB into files at 4 KiB-aligned offsets with an index and a
@@ -42,12 +42,13 @@ class ReadRequest:
 
 
 class AlignedArena:
-    """Page-aligned memory (anonymous mmap) cut into slots, one per request in flight."""
+    """Page-aligned memory cut into slots, one per request in flight. A private anonymous mapping,
+    so io_uring can pin it as a registered buffer (a shared mapping is shmem and is refused)."""
 
     def __init__(self, slot_bytes: int, slots: int):
         self.slot_bytes = align_up(slot_bytes)
         self.slots = slots
-        self.mem = mmap.mmap(-1, self.slot_bytes * slots)
+        self.mem = mmap.mmap(-1, self.slot_bytes * slots, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.view = memoryview(self.mem)
 
     def slot(self, i: int, length: int | None = None) -> memoryview:
@@ -68,13 +69,17 @@ class IOStats:
         return self.submit_s / self.wall_s if self.wall_s else 0.0
 
 
-class BatchReader(ABC):
-    """read_batch(requests, arena) fills arena slot i with request i; returns per-request bytes read."""
-    name = "reader"
+class BatchIO(ABC):
+    """read_batch(requests, arena) fills arena slot i with request i; write_batch(requests, arena)
+    writes slot i to request i's place. Both return per-request byte counts."""
+    name = "path"
     stats: IOStats
 
     @abstractmethod
     def read_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
+
+    @abstractmethod
+    def write_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
 
     def close(self) -> None:
         pass
@@ -94,23 +99,29 @@ def _direct_aligned(r: ReadRequest) -> None:
 
 
 @dataclass
-class SyncPread(BatchReader):
+class SyncPread(BatchIO):
     name = "sync-pread"
     stats: IOStats = field(default_factory=IOStats)
 
-    def read_batch(self, requests, arena):
+    def _one_at_a_time(self, call, requests, arena):
         self._check(requests, arena)
         start, submit, out = time.perf_counter(), 0.0, []
         for i, r in enumerate(requests):
             t = time.perf_counter()
-            out.append(os.preadv(r.fd, [arena.slot(i, r.length)], r.offset))
+            out.append(call(r.fd, [arena.slot(i, r.length)], r.offset))
             submit += time.perf_counter() - t  # the call blocks: submission and completion in one
         self.stats = IOStats(len(requests), sum(out), time.perf_counter() - start, submit)
         return out
 
+    def read_batch(self, requests, arena):
+        return self._one_at_a_time(os.preadv, requests, arena)
+
+    def write_batch(self, requests, arena):
+        return self._one_at_a_time(os.pwritev, requests, arena)
+
 
 @dataclass
-class ThreadPoolPread(BatchReader):
+class ThreadPoolPread(BatchIO):
     threads: int = 8
     name = "thread-pool"
     stats: IOStats = field(default_factory=IOStats)
@@ -118,14 +129,20 @@ class ThreadPoolPread(BatchReader):
     def __post_init__(self):
         self._pool = ThreadPoolExecutor(self.threads)
 
-    def read_batch(self, requests, arena):
+    def _pooled(self, call, requests, arena):
         self._check(requests, arena)
         start = time.perf_counter()
-        out = list(self._pool.map(lambda ir: os.preadv(ir[1].fd, [arena.slot(ir[0], ir[1].length)], ir[1].offset),
+        out = list(self._pool.map(lambda ir: call(ir[1].fd, [arena.slot(ir[0], ir[1].length)], ir[1].offset),
                                   enumerate(requests)))
         wall = time.perf_counter() - start
         self.stats = IOStats(len(requests), sum(out), wall, wall)
         return out
+
+    def read_batch(self, requests, arena):
+        return self._pooled(os.preadv, requests, arena)
+
+    def write_batch(self, requests, arena):
+        return self._pooled(os.pwritev, requests, arena)
 
     def close(self):
         self._pool.shutdown()
@@ -141,7 +158,7 @@ def kvikio_available() -> bool:
 
 
 @dataclass
-class Kvikio(BatchReader):
+class Kvikio(BatchIO):
     """cuFile reads straight into GPU memory (GDS), where kvikio and a GPU exist (not run here: no GPU)."""
     name = "kvikio-cufile"
     stats: IOStats = field(default_factory=IOStats)
@@ -150,21 +167,33 @@ class Kvikio(BatchReader):
         if not kvikio_available():
             raise StorageError("kvikio (cuFile) needs a GPU with kvikio and cupy installed: pip install 'claimbench[gpu]'")
 
-    def read_batch(self, requests, arena):
+    def _cufile(self, write: bool, requests, arena):
         import cupy
         import kvikio
         start = time.perf_counter()
         futures, out = [], []
-        for r in requests:
-            buf = cupy.empty(r.length, dtype=cupy.uint8)
-            f = kvikio.CuFile(f"/proc/self/fd/{r.fd}", "r")
-            futures.append((f, f.pread(buf, r.length, r.offset)))
-        for f, fut in futures:
+        for i, r in enumerate(requests):
+            f = kvikio.CuFile(f"/proc/self/fd/{r.fd}", "r+" if write else "r")
+            if write:
+                buf = cupy.asarray(memoryview(arena.slot(i, r.length)).cast("B"))
+                futures.append((f, f.pwrite(buf, r.length, r.offset), None))
+            else:
+                buf = cupy.empty(r.length, dtype=cupy.uint8)
+                futures.append((f, f.pread(buf, r.length, r.offset), (i, buf)))
+        for f, fut, target in futures:
             out.append(fut.get())
             f.close()
+            if target:  # bytes land in GPU memory; copy back so every path fills the same arena
+                arena.slot(target[0], target[1].size)[:] = target[1].get().tobytes()
         wall = time.perf_counter() - start
         self.stats = IOStats(len(requests), sum(out), wall, wall)
         return out
+
+    def read_batch(self, requests, arena):
+        return self._cufile(False, requests, arena)
+
+    def write_batch(self, requests, arena):
+        return self._cufile(True, requests, arena)
 
 
 @dataclass
@@ -212,6 +241,36 @@ class KVChunkStore:
                 raise StorageError(f"{self.data}: write of {len(padded)} bytes failed: {e.strerror}") from None
             self.index[self.key(block, layer)] = [offset, length, zlib.crc32(payload)]
 
+    def write_batch(self, chunks: dict[tuple[int, int], bytes], path: BatchIO, arena: AlignedArena) -> None:
+        """Append many chunks through a write path (one batch, one fsync), then record them."""
+        longest = max((align_up(len(p)) for p in chunks.values()), default=0)
+        if len(chunks) > arena.slots or longest > arena.slot_bytes:
+            raise StorageError(f"{len(chunks)} chunks of up to {longest} bytes do not fit the arena "
+                               f"({arena.slots} slots of {arena.slot_bytes} bytes)")
+        with self._lock:
+            offset = self.data.stat().st_size if self.data.exists() else 0
+            fd = os.open(self.data, os.O_WRONLY | os.O_CREAT | (os.O_DIRECT if self.direct else 0), 0o644)
+            requests, entries = [], {}
+            for i, ((block, layer), payload) in enumerate(chunks.items()):
+                length = align_up(len(payload))
+                slot = arena.slot(i, length)
+                slot[:len(payload)] = payload
+                slot[len(payload):] = bytes(length - len(payload))
+                requests.append(ReadRequest(fd, offset, length))
+                entries[self.key(block, layer)] = [offset, len(payload), zlib.crc32(payload)]
+                offset += length
+            try:
+                written = path.write_batch(requests, arena)
+                os.fsync(fd)
+            except OSError as e:
+                raise StorageError(f"{self.data}: batched write through {path.name} failed: {e.strerror or e}") from None
+            finally:
+                os.close(fd)
+            if written != [r.length for r in requests]:
+                raise StorageError(f"{self.data}: short batched write ({sum(written)} of "
+                                   f"{sum(r.length for r in requests)} bytes)")
+            self.index.update(entries)
+
     def save_index(self) -> None:
         tmp = self.index_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.index))
@@ -230,7 +289,7 @@ class KVChunkStore:
                 _direct_aligned(r)
         return out
 
-    def read(self, keys: list[tuple[int, int]], reader: BatchReader, arena: AlignedArena) -> list[bytes]:
+    def read(self, keys: list[tuple[int, int]], reader: BatchIO, arena: AlignedArena) -> list[bytes]:
         """Chunks by key through a read path; every chunk's length and CRC32 are verified."""
         fd = self.open_read()
         try:

@@ -12,7 +12,7 @@ from claimbench.impl.ugds import IoUringBatched, io_uring_available
 def readers():
     out = [SyncPread(), ThreadPoolPread(threads=4)]
     if io_uring_available():
-        out.append(IoUringBatched(queue_depth=8))
+        out += [IoUringBatched(queue_depth=8), IoUringBatched(queue_depth=8, registered=False)]
     return out
 
 
@@ -114,3 +114,38 @@ def test_io_uring_counts_submission_time(store):
     reader = IoUringBatched(queue_depth=4)
     s.read(list(payloads), reader, AlignedArena(100_000, len(payloads)))
     assert reader.stats.requests == len(payloads) and 0 < reader.stats.submit_share < 1
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_batched_writes_through_every_path_read_back_identical(tmp_path, direct):
+    rng = random.Random(2)
+    for n, path in enumerate(readers()):
+        s = KVChunkStore(tmp_path / f"w{n}", direct=direct)
+        chunks = {(b, layer): rng.randbytes(rng.choice([4096, 5000, 20_000])) for b in range(5) for layer in range(4)}
+        s.write_batch(chunks, path, AlignedArena(20_480, len(chunks)))
+        s.save_index()
+        again = KVChunkStore(s.root, direct=direct)
+        assert again.read(list(chunks), SyncPread(), AlignedArena(20_480, len(chunks))) == list(chunks.values()), path.name
+        path.close()
+
+
+def test_batched_write_larger_than_arena(tmp_path):
+    with pytest.raises(StorageError, match="do not fit the arena"):
+        KVChunkStore(tmp_path / "kv").write_batch({(0, 0): b"x" * 9000}, SyncPread(), AlignedArena(4096, 4))
+
+
+@pytest.mark.skipif(not io_uring_available(), reason="io_uring unavailable")
+def test_io_uring_many_requests_wrap_the_completion_ring(tmp_path):
+    """Far more requests than ring entries: completions wrap the ring many times."""
+    data = random.Random(5).randbytes(1 << 20)
+    (tmp_path / "f").write_bytes(data)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    rng = random.Random(6)
+    requests = [ReadRequest(fd, rng.randrange(256) * 4096, 4096) for _ in range(600)]
+    for registered in (True, False):
+        path, arena = IoUringBatched(queue_depth=4, registered=registered), AlignedArena(4096, len(requests))
+        assert path.read_batch(requests, arena) == [4096] * len(requests)
+        assert all(bytes(arena.slot(i)) == data[r.offset:r.offset + 4096] for i, r in enumerate(requests))
+        assert path.registration == ("fixed buffer + fixed files" if registered else "off")
+        path.close()
+    os.close(fd)
