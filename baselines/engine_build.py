@@ -4,13 +4,16 @@ The baseline of the tuner claim is the default build: ONNX Runtime's defaults (a
 optimizations, its own thread count, sequential execution, no quantization), i.e. the default
 route of OrtBackend's knobs.
 ORT knobs: graph optimization level; individually disabled optimizers; int8 dynamic quantization
-of MatMul weights, with or without per-node exclusions (the MatMuls whose weights have the worst
-outlier ratio max|w|/std stay fp32); 4-bit MatMulNBits weights; intra-op threads; execution mode;
+of MatMul weights, placed three ways: everywhere, excluding the MatMuls whose weights have the worst
+outlier ratio max|w|/std, or only on the least sensitive share of MatMuls (each MatMul quantized
+alone, ranked by the error it causes on the gate inputs: the paper's quantization placement,
+reconstructed); 4-bit MatMulNBits weights; intra-op threads; thread spinning; execution mode;
 memory-pattern planning.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +36,10 @@ class OrtBackend(Backend):
         return [
             Knob("opt_level", ("all", "extended", "basic", "disabled"), "all"),
             Knob("disabled_optimizers", ("none", "attention+gelu fusions", "matmul-add fusion"), "none"),
-            Knob("quantization", ("none", "int8-dynamic", "int8-dynamic-excluding-outliers", "int4-matmulnbits"), "none"),
+            Knob("quantization", ("none", "int8-dynamic", "int8-dynamic-excluding-outliers",
+                                  *(f"int8-least-sensitive-{p}%" for p in PLACEMENT_SHARES), "int4-matmulnbits"), "none"),
             Knob("threads", (0, 1, 2), 0),
+            Knob("spinning", (True, False), True),
             Knob("execution_mode", ("sequential", "parallel"), "sequential"),
             Knob("mem_pattern", (True, False), True),
         ]
@@ -49,10 +54,12 @@ class OrtBackend(Backend):
             return out
         import onnx
         if mode.startswith("int8-dynamic"):
-            from onnxruntime.quantization import QuantType, quantize_dynamic
             exclude = outlier_matmuls(onnx.load(str(src)), 0.25) if mode.endswith("outliers") else []
-            quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             nodes_to_exclude=exclude)
+            _int8(src, out, exclude=exclude)
+        elif mode.startswith("int8-least-sensitive-"):
+            ranking = sensitivity_ranking(workload, workdir)
+            share = int(mode.removeprefix("int8-least-sensitive-").rstrip("%")) / 100
+            _int8(src, out, only=ranking[: max(1, round(len(ranking) * share))])
         else:
             from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
             q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
@@ -71,6 +78,7 @@ class OrtBackend(Backend):
         so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if route["execution_mode"] == "parallel"
                              else ort.ExecutionMode.ORT_SEQUENTIAL)
         so.enable_mem_pattern = bool(route["mem_pattern"])
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if route.get("spinning", True) else "0")
         disabled = {"none": [], "attention+gelu fusions": ["AttentionFusion", "GeluFusion", "BiasGeluFusion"],
                     "matmul-add fusion": ["MatMulAddFusion"]}[route["disabled_optimizers"]]
         model = self._quantized(workload, route["quantization"], workdir)
@@ -79,6 +87,42 @@ class OrtBackend(Backend):
 
     def run(self, engine, feeds: dict) -> list[np.ndarray]:
         return engine.run(None, feeds)
+
+
+PLACEMENT_SHARES = (75, 50, 25)  # share of MatMuls (least sensitive first) that int8 placement quantizes
+
+
+def _int8(src: Path, out: Path, exclude: list[str] = (), only: list[str] | None = None) -> None:
+    """int8 dynamic quantization (per-channel weights) of MatMuls: all but `exclude`, or `only` these."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                     per_channel=True, nodes_to_exclude=list(exclude), nodes_to_quantize=list(only or []))
+
+
+def sensitivity_ranking(workload, workdir: Path) -> list[str]:
+    """MatMul names, least sensitive first: each quantized alone to int8, scored by the gate's
+    cosine loss plus its out-of-tolerance fraction on the gate inputs. Cached per model file."""
+    import onnx
+    import onnxruntime as ort
+
+    from claimbench.impl.tuner import gate
+    src = Path(workload.onnx_path)
+    cache = workdir / f"{src.stem}-sensitivity-{hashlib.sha1(src.read_bytes()).hexdigest()[:12]}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    reference, _ = workload.reference()
+    names = [n.name for n in onnx.load(str(src)).graph.node if n.op_type == "MatMul"]
+    scored = []
+    for name in names:
+        single = workdir / f"{src.stem}-only-{hashlib.sha1(name.encode()).hexdigest()[:8]}.onnx"
+        _int8(src, single, only=[name])
+        session = ort.InferenceSession(str(single), providers=["CPUExecutionProvider"])
+        g = gate([session.run(None, f) for f in workload.gate_feeds()], reference, workload.gate_spec)
+        scored.append((1 - g.cosine + g.outside, name))
+        single.unlink()
+    ranking = [name for _, name in sorted(scored)]
+    cache.write_text(json.dumps(ranking))
+    return ranking
 
 
 def outlier_matmuls(model, fraction: float) -> list[str]:

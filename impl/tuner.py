@@ -4,9 +4,10 @@ A route is one assignment of knobs. Modes: `fast` (the default plus one knob cha
 `full` (the product over the knobs), `mixed` (fast, then full over the knobs whose single change
 helped). Every route is built and timed in a child process, so a crash or hang is recorded and
 skipped; tried routes go to a JSONL cache, so a run resumes. The winner is the fastest route that
-passes the gate: per output tensor against the unoptimized fp32 reference (fraction of elements
-outside atol + rtol |ref|, max abs, mean abs, cosine), plus a held-out task check on inputs the
-gate never saw. Reconstructed from the digest: knob sets, thresholds and the held-out checks are ours.
+passes the gate, re-timed interleaved with the default in one child for the reported ratio. The
+gate: per output tensor against the unoptimized fp32 reference (fraction of elements outside
+atol + rtol |ref|, max abs, mean abs, cosine), plus a held-out task check on inputs the gate
+never saw. Reconstructed from the digest: knob sets, thresholds and the held-out checks are ours.
 """
 from __future__ import annotations
 
@@ -148,6 +149,24 @@ def _measure(backend, workload, route, workdir, repeats, queue):
         queue.put(("error", None, None, None, f"{type(e).__name__}: {e}"))
 
 
+def _compare(backend, workload, routes, workdir, repeats, queue):
+    """Child process: build every route, then time them interleaved on the same input."""
+    try:
+        feeds = workload.timing_feeds()
+        engines = [backend.build(workload, route, Path(workdir)) for route in routes]
+        for engine in engines:
+            backend.run(engine, feeds)
+        times = [[] for _ in engines]
+        for _ in range(repeats):
+            for engine, t in zip(engines, times):
+                start = time.perf_counter()
+                backend.run(engine, feeds)
+                t.append(time.perf_counter() - start)
+        queue.put(("ok", [float(np.median(t)) for t in times], None, None, ""))
+    except Exception as e:  # noqa: BLE001
+        queue.put(("error", None, None, None, f"{type(e).__name__}: {e}"))
+
+
 @dataclass
 class Tuner:
     backend: Backend
@@ -174,29 +193,41 @@ class Tuner:
                 out[route_key(r.route)] = r
         return out
 
-    def try_route(self, route: dict) -> RouteResult:
+    def _in_child(self, target, payload) -> tuple:
+        """(status, latency, gate outputs, held-out outputs, error) from a child running `target`."""
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.Queue()
-        child = ctx.Process(target=_measure, args=(self.backend, self.workload, route, str(self.workdir),
-                                                   self.repeats, queue))
+        child = ctx.Process(target=target, args=(self.backend, self.workload, payload, str(self.workdir),
+                                                 self.repeats, queue))
         child.start()
         deadline = time.monotonic() + self.route_timeout_s
         while True:  # wait for the result, noticing a dead or hung child early
             try:
-                status, latency, gate_out, held, error = queue.get(timeout=0.2)
+                result = queue.get(timeout=0.2)
                 break
             except queue_mod.Empty:
                 if not child.is_alive():
                     try:
-                        status, latency, gate_out, held, error = queue.get(timeout=1.0)
+                        result = queue.get(timeout=1.0)
                         break
                     except queue_mod.Empty:
-                        return RouteResult(route, "crashed", error=f"child exit code {child.exitcode}")
+                        return "crashed", None, None, None, f"child exit code {child.exitcode}"
                 if time.monotonic() > deadline:
                     child.kill()
                     child.join()
-                    return RouteResult(route, "timeout", error=f"no result within {self.route_timeout_s:.0f}s")
+                    return "timeout", None, None, None, f"no result within {self.route_timeout_s:.0f}s"
         child.join(30)
+        return result
+
+    def compare(self, routes: list[dict]) -> list[float]:
+        """Median latency of each route, built in one child and timed interleaved (the claim's ratio)."""
+        status, latencies, _, _, error = self._in_child(_compare, routes)
+        if status != "ok":
+            raise RuntimeError(f"interleaved comparison failed ({status}): {error}")
+        return latencies
+
+    def try_route(self, route: dict) -> RouteResult:
+        status, latency, gate_out, held, error = self._in_child(_measure, route)
         if status != "ok":
             return RouteResult(route, status, error=error)
         ref_gate, ref_held = self._reference()
@@ -239,4 +270,5 @@ class Tuner:
         default = done.get(route_key(default_route(knobs)))
         passing = [r for r in done.values() if r.passed and r.latency_s]
         winner = min(passing, key=lambda r: r.latency_s) if passing else None
-        return {"default": default, "winner": winner, "tried": list(done.values())}
+        interleaved = self.compare([default.route, winner.route]) if default and winner else None
+        return {"default": default, "winner": winner, "tried": list(done.values()), "interleaved": interleaved}

@@ -1,8 +1,8 @@
 """Accuracy-gated global tuner vs the default engine build (PAPERS.md A5), on ONNX Runtime CPU.
 
 Per workload: the default build's latency (ORT defaults), the tuned winner's latency (the fastest
-route passing the tensor gate and the held-out check), their ratio, the gate numbers of the winner
-and its held-out result. TensorRT is not installable here: the TensorRT claim is not testable.
+route passing the tensor gate and the held-out check), their ratio (both re-timed interleaved in
+one process after the search), the gate numbers of the winner and its held-out result. TensorRT is not installable here: the TensorRT claim is not testable.
 Each workload's search runs in `mixed` mode within a stated time budget; every route is built and
 timed in its own child process.
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget.
@@ -27,9 +27,9 @@ def tune(name: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
                        workdir=Path(tmp)).run(progress=lambda msg: print(msg, flush=True))
-    default, winner = result["default"], result["winner"]
-    return {"default": default.latency_s if default else None, "default_passed": bool(default and default.passed),
-            "winner": winner.latency_s if winner else None, "route": winner.route if winner else None,
+    default, winner, interleaved = result["default"], result["winner"], result["interleaved"]
+    return {"default": interleaved[0] if interleaved else None, "default_passed": bool(default and default.passed),
+            "winner": interleaved[1] if interleaved else None, "route": winner.route if winner else None,
             "gate": winner.gate if winner else None, "held_out": winner.held_out if winner else None,
             "tried": len(result["tried"]), "crashed": sum(r.status != "ok" for r in result["tried"]),
             "gate_failed": sum(r.status == "ok" and not r.passed for r in result["tried"])}

@@ -43,6 +43,8 @@ def test_tuner_records_crashes_and_picks_the_fastest_passing_route(tmp_path):
     assert noisy.status == "ok" and not noisy.passed
     assert result["winner"].route == {"speed": "fast", "noise": 0.0, "crash": False}
     assert result["default"].passed and result["winner"].latency_s < result["default"].latency_s
+    default_s, winner_s = result["interleaved"]  # re-timed in one child, interleaved
+    assert winner_s < default_s
     assert len(cache.read_text().splitlines()) == 4
 
 
