@@ -19,7 +19,7 @@ from claimbench.impl.tuner import Tuner
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
 MODE = "fast" if QUICK else "mixed"
-BUDGET_S = 120 if QUICK else 900  # per workload
+BUDGET_S = 120 if QUICK else 600  # per workload
 
 
 def tune(name: str) -> dict:
