@@ -20,8 +20,9 @@ from claimbench.report import BADGE
 
 READ_WAIT_S = 10.0
 
-# How each task's leaderboard ranks methods: the claim benchmark's parameter that fixes the
-# operating point, the speed metric per method, and the gate that must pass for a rank.
+# How each task's leaderboard ranks methods: the parameters that fix the operating point, the
+# speed (or cost) benchmark per method, and the gate a method must pass to be ranked. Methods are
+# either named benchmarks or the values of one benchmark's parameter (`method_param`).
 BOARDS = {
     "vector-search": dict(
         title="Vector search: single-thread QPS at the smallest nprobe where IVF-Flat reaches recall@10 0.999",
@@ -29,6 +30,26 @@ BOARDS = {
         methods={"Lychee": "lychee.ClaimSpeedup.track_qps_lychee",
                  "faiss IVF-Flat": "lychee.ClaimSpeedup.track_qps_ivf_flat"},
         gated={"Lychee": ("lychee.ClaimSpeedup.track_identical_rate", 1.0)}),
+    "sparse-attention": dict(
+        title="Sparse attention: long-context task accuracy at 50x sparsity (SmolLM2-135M, same budget)",
+        where={"sparsity": "50"}, group="context", unit="task accuracy",
+        benchmark="ssa.Sparse.track_mean_accuracy", method_param="method", gated={}),
+    "storage-io": dict(
+        title="Storage read paths: random 4 KiB O_DIRECT read IOPS per queue depth",
+        where={"block_bytes": "4096"}, group="queue_depth", unit="IOPS",
+        benchmark="ugds.ReadPaths.track_iops", method_param="path",
+        gated={"*": ("ugds.Claim.track_identical_bytes", 1.0)}),
+    "agent-context": dict(
+        title="Agent context policies: replayed cost per task (lower is better)",
+        where={}, group="provider", unit="USD per task", lower_is_better=True,
+        benchmark="agent_cache.Cost.track_cost_per_task", method_param="policy",
+        gated={"kv-drop": ("agent_cache.Claim.track_recent_accuracy_vs_full", 0.9)}),
+    "engine-build": dict(
+        title="Engine builds: latency per workload, default vs accuracy-gated tuned route (lower is better)",
+        where={}, group="workload", unit="seconds", lower_is_better=True,
+        methods={"default build": "tuner.Tuned.track_default_latency",
+                 "tuned (gated)": "tuner.Tuned.track_tuned_latency"},
+        gated={}),
 }
 
 # Trade-off plots per suite: quality on x, speed per method on y, one point per operating point.
@@ -124,28 +145,46 @@ def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     return df
 
 
+def _board_methods(spec: dict, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """method -> its rows, from named benchmarks or from the values of one benchmark's parameter."""
+    if "methods" in spec:
+        return {m: df[df["benchmark"] == bench] for m, bench in spec["methods"].items()}
+    part = df[df["benchmark"] == spec["benchmark"]]
+    param = spec["method_param"]
+    return {m: part[part[param] == m] for m in part.get(param, pd.Series(dtype=str)).unique()}
+
+
+def _gate(spec: dict, df: pd.DataFrame, method: str, row) -> str:
+    """passed / failed / none: the method's gate on the same machine (and group, if the gate has it)."""
+    rule = spec["gated"].get(method) or spec["gated"].get("*")
+    if rule is None:
+        return "none"
+    bench, minimum = rule
+    g = df[(df["benchmark"] == bench) & (df["machine"] == row["machine"])]
+    group = spec["group"]
+    if group in g and (g[group] != "").any():
+        g = g[g[group] == row[group]]
+    values = g["value"].dropna()
+    return "passed" if len(values) and values.min() >= minimum else "failed"
+
+
 @st.cache_data(show_spinner=False)
 def board(version, task: str) -> pd.DataFrame:
-    """Methods ranked by speed per machine and group; a method that failed its gate is listed, unranked."""
+    """Methods ranked per machine and group; a method that failed its gate is listed, unranked."""
     spec = BOARDS[task]
-    prefix = next(iter(spec["methods"].values())).split(".")[0] + "."
-    df = _match(latest_per_machine(results(version, prefix)), spec["where"])
-    rows = []
-    for method, bench in spec["methods"].items():
-        part = df[df["benchmark"] == bench]
-        for _, r in part.iterrows():
-            gate = "none"
-            if method in spec["gated"]:
-                gate_bench, minimum = spec["gated"][method]
-                g = df[(df["benchmark"] == gate_bench) & (df["machine"] == r["machine"]) &
-                       (df[spec["group"]] == r[spec["group"]])]["value"]
-                gate = "passed" if len(g) and g.iloc[0] is not None and g.iloc[0] >= minimum else "failed"
-            rows.append(dict(machine=r["machine"], group=r[spec["group"]], method=method, value=r["value"], gate=gate))
+    first = next(iter(spec["methods"].values())) if "methods" in spec else spec["benchmark"]
+    everything = latest_per_machine(results(version, first.split(".")[0] + "."))
+    df = _match(everything, spec["where"])
+    rows = [dict(machine=r["machine"], group=r[spec["group"]], method=method, value=r["value"],
+                 gate=_gate(spec, everything, method, r))
+            for method, part in _board_methods(spec, df).items() for _, r in part.iterrows()
+            if pd.notna(r["value"])]  # skipped rows (not applicable) are not methods at that point
     out = pd.DataFrame(rows, columns=["machine", "group", "method", "value", "gate"])
     if out.empty:
         return out.assign(rank=pd.Series(dtype="Int64"))
     ranked = out[(out["gate"] != "failed") & out["value"].notna()].copy()
-    ranked["rank"] = ranked.groupby(["machine", "group"])["value"].rank(ascending=False, method="min").astype("Int64")
+    ranked["rank"] = ranked.groupby(["machine", "group"])["value"].rank(
+        ascending=spec.get("lower_is_better", False), method="min").astype("Int64")
     out = out.merge(ranked[["machine", "group", "method", "rank"]], how="left", on=["machine", "group", "method"])
     return out.sort_values(["machine", "group", "rank"], na_position="last")
 

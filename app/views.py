@@ -1,4 +1,4 @@
-"""Small pieces every page shares: the empty-store notice and the verdict colours."""
+"""Small pieces every page shares: the empty-store notice, the verdict colours and badges."""
 import streamlit as st
 
 from claimbench import store
@@ -26,7 +26,5 @@ def empty_notice(has_results: bool) -> None:
         st.info(HOW_TO_RUN.format(db=store.db_path()), icon="ℹ️")
 
 
-def style_verdicts(df):
-    """Colour the verdict column of a dataframe."""
-    return df.style.map(lambda v: f"color: {VERDICT_COLORS.get(v, 'inherit')}; font-weight: 600",
-                        subset=["verdict"])
+# The verdict shown as its badge (a pandas Styler would cost the first paint a second here).
+BADGE_COLUMN = {"badge": st.column_config.TextColumn("verdict")}

@@ -86,12 +86,17 @@ def cmd_report(args) -> int:
 
 def cmd_app(args) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
-    env = {**os.environ, store.ENV_DB: str(store.db_path(args.db).resolve())}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", args.host,
-           "--server.port", str(args.port), "--server.headless", "true",
-           "--browser.gatherUsageStats", "false"]
+    os.environ[store.ENV_DB] = str(store.db_path(args.db).resolve())
+    # Streamlit runs the pages in this process: importing what they need now means the first
+    # visitor does not wait for altair, pandas and the store to import (about 2 s here).
+    import altair  # noqa: F401
+    from streamlit.web import cli as streamlit_cli
+
+    from claimbench.app import queries, views  # noqa: F401
+    sys.argv = ["streamlit", "run", str(app), "--server.address", args.host, "--server.port", str(args.port),
+                "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     print(f"claimbench leaderboard: http://{args.host}:{args.port}", flush=True)
-    os.execve(sys.executable, cmd, env)  # streamlit becomes this process: stopping it stops the server
+    return streamlit_cli.main()
 
 
 def parser() -> argparse.ArgumentParser:

@@ -21,6 +21,11 @@ for column, chosen in (("paper", paper), ("tier", tier), ("machine", machine), (
     if chosen:
         shown = shown[shown[column].isin(chosen)]
 
+table = shown[["paper", "tier", "claim", "claimed", "measured", "unit", "machine", "badge", "gate", "why",
+               "conditions", "substitution", "commit"]]
+st.dataframe(table, hide_index=True, width="stretch",
+             column_config={"measured": st.column_config.NumberColumn(format="%.4g"),
+                            "why": st.column_config.TextColumn(width="large"), **views.BADGE_COLUMN})
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(
     x=alt.X("claims:Q", title="claims x machines"),
@@ -28,13 +33,8 @@ chart = alt.Chart(counts).mark_bar().encode(
     color=alt.Color("verdict:N", scale=alt.Scale(domain=list(views.VERDICT_COLORS),
                                                  range=list(views.VERDICT_COLORS.values())), legend=None),
 ).properties(height=160)
-st.altair_chart(chart, width="stretch")
+st.altair_chart(chart, width="stretch")  # after the table: the table paints first
 
-table = shown[["paper", "tier", "claim", "claimed", "measured", "unit", "machine", "verdict", "gate", "why",
-               "conditions", "substitution", "commit"]]
-st.dataframe(views.style_verdicts(table), hide_index=True, width="stretch",
-             column_config={"measured": st.column_config.NumberColumn(format="%.4g"),
-                            "why": st.column_config.TextColumn(width="large")})
 not_measured = sorted(set(df["paper"]) - set(df[df["measured"].notna()]["paper"]))
 if not_measured:
     st.caption("Not measured yet on any machine: " + ", ".join(not_measured))

@@ -1,4 +1,4 @@
-"""Methods and baselines ranked by their gated metric, per task and machine."""
+"""Methods and baselines ranked by their gated metric, per task and machine: one tab per task."""
 import altair as alt
 import streamlit as st
 
@@ -7,20 +7,28 @@ from claimbench.app import queries, views
 version = queries.db_version()
 st.title("Leaderboard")
 views.empty_notice(queries.has_results(version))
-for task, spec in queries.BOARDS.items():
-    st.subheader(spec["title"])
-    df = queries.board(version, task)
-    if df.empty:
-        st.caption("No results for this task yet.")
-        continue
-    st.caption("Ranked per machine and dataset; a method that failed its quality gate is shown, not ranked.")
-    chart = alt.Chart(df).mark_bar().encode(
-        x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
-        color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
-                                                  range=["#1a7f37", "#57606a", "#cf222e"])),
-        row=alt.Row("group:N", title=None), column=alt.Column("machine:N", title=None),
-        tooltip=["machine", "group", "method", "value", "gate", "rank"],
-    ).properties(height=60, width=280)
-    st.altair_chart(chart)
-    st.dataframe(df, hide_index=True, width="stretch",
-                 column_config={"value": st.column_config.NumberColumn(spec["unit"], format="%.1f")})
+TAB_NAMES = {"vector-search": "Vector search", "sparse-attention": "Sparse attention", "storage-io": "Storage I/O",
+             "agent-context": "Agent context", "engine-build": "Engine builds"}
+for tab, (task, spec) in zip(st.tabs([TAB_NAMES[t] for t in queries.BOARDS]), queries.BOARDS.items()):
+    with tab:
+        st.subheader(spec["title"])
+        df = queries.board(version, task)
+        if df.empty:
+            st.caption("No results for this task yet.")
+            continue
+        order = "lowest first" if spec.get("lower_is_better") else "highest first"
+        st.caption(f"Ranked per machine and {spec['group'].replace('_', ' ')} ({order}); a method that failed its "
+                   "quality gate is shown, not ranked.")
+        chart = alt.Chart(df).mark_bar().encode(
+            x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
+            color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
+                                                      range=["#1a7f37", "#57606a", "#cf222e"])),
+            row=alt.Row("group:N", title=spec["group"].replace("_", " "),
+                        header=alt.Header(labelAngle=0, labelAlign="left")),
+            column=alt.Column("machine:N", title=None),
+            tooltip=["machine", "group", "method", "value", "gate", "rank"],
+        ).properties(height=22 * df["method"].nunique(), width=280)
+        st.altair_chart(chart)
+        st.dataframe(df, hide_index=True, width="stretch",
+                     column_config={"value": st.column_config.NumberColumn(spec["unit"], format="%.4g"),
+                                    "group": st.column_config.TextColumn(spec["group"].replace("_", " "))})

@@ -21,9 +21,8 @@ views.empty_notice(queries.has_results(version))
 claims = queries.claims(version)
 claims = claims[claims["paper"] == paper_id]
 st.subheader("Claims")
-st.dataframe(views.style_verdicts(claims[["claim", "claimed", "measured", "unit", "machine", "verdict", "gate",
-                                          "why", "substitution"]]),
-             hide_index=True, width="stretch")
+st.dataframe(claims[["claim", "claimed", "measured", "unit", "machine", "badge", "gate", "why", "substitution"]],
+             hide_index=True, width="stretch", column_config=views.BADGE_COLUMN)
 
 if not paper["suite"]:
     st.info("No suite for this paper yet: its claims are listed as not measured.")

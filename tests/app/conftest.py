@@ -35,6 +35,15 @@ def lychee_run(results, machine, i, speedups, identical, machine_info=None):
         "lychee.Sweep.track_identical_rate": (["dataset", "nprobe"], [DATASETS, NPROBES], [identical] * len(sweep),
                                               "fraction identical"),
     })
+    benches.update({  # boards whose methods are a parameter's values; lower-is-better cost
+        "ugds.ReadPaths.track_iops": (["path", "block_bytes", "queue_depth"],
+                                      [["sync-pread", "io-uring-batched"], [4096], [1, 32]],
+                                      [10_000.0, None, 11_000.0, 80_000.0], "IOPS"),
+        "ugds.Claim.track_identical_bytes": ([], [], [identical], "fraction identical"),
+        "agent_cache.Cost.track_cost_per_task": (["policy", "provider"], [["full-history", "kv-drop"], ["anthropic"]],
+                                                 [2.0, 1.5], "USD"),
+        "agent_cache.Claim.track_recent_accuracy_vs_full": (["provider"], [["anthropic"]], [1.0], "accuracy ratio"),
+    })
     asvfiles.write_run(results, machine, f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000, benches)
     if machine_info:
         (results / machine / environment.SIDECAR).write_text(json.dumps(machine_info))
