@@ -148,6 +148,15 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
+def grouped_sdpa(q, k, v, **kw):
+    """SDPA with fewer KV heads than query heads. The legacy ONNX exporter has no grouped-query
+    SDPA, so under export the KV heads are repeated explicitly (same result)."""
+    if torch.onnx.is_in_onnx_export():
+        rep = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), **kw)
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig, layer: int):
         super().__init__()
@@ -175,10 +184,10 @@ class Attention(nn.Module):
         if T == 1 and hooks.attention is not None:
             out = hooks.attention.attend(self.layer, q, k, v)
         elif T == 1 or past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
+            out = grouped_sdpa(q, k, v, is_causal=bool(T > 1))
         else:  # a chunk after cached entries: all of those, causal within the chunk
             mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(past)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            out = grouped_sdpa(q, k, v, attn_mask=mask)
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 

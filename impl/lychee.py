@@ -9,7 +9,9 @@ current k-th best. The result is exactly IVF-Flat's at the same nprobe.
 
 Reconstructed here (not in the digest): a list-level bound that skips a probed list whole when
 (||q - c|| - radius)^2 > U (triangle inequality; the radius is the farthest member from its
-centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass;
+centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass
+over the first directions, continued only for members still under the threshold (partial sums of
+the bound are bounds too);
 m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
 (capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
 rounding can never prune a true neighbour.
@@ -51,23 +53,51 @@ def _push(d, i, top_d, top_i):
 
 
 @njit(cache=True, nogil=True, fastmath=True)
-def _list_bounds(AT, R, s0, s1, aq, rq, lb):
-    """Short-code lower bounds of one list's members, vectorized across members (codes stored m x n)."""
+def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
+    """Short-code lower bounds of one list's members, stopping early: every partial sum of the bound
+    is itself a lower bound, so a member whose first `first` directions (plus the residual term)
+    already exceed the threshold is dropped, and the rest continue `step` directions at a time.
+    Codes are stored m x n, so the first pass is vectorized across members. Returns how many
+    candidates are left in cand[:count] (list positions, increasing); lb holds their full bounds."""
     n = s1 - s0
+    m = AT.shape[0]
     for t in range(n):
         dr = R[s0 + t] - rq
         lb[t] = dr * dr
-    for v in range(AT.shape[0]):
+    head = min(first, m)
+    for v in range(head):
         a = aq[v]
         row = AT[v]
         for t in range(n):
             diff = row[s0 + t] - a
             lb[t] += diff * diff
+    count = 0
+    for t in range(n):
+        if lb[t] <= threshold:
+            cand[count] = t
+            count += 1
+    v = head
+    while v < m and count > 0:
+        end = min(v + step, m)
+        kept = 0
+        for c in range(count):
+            t = cand[c]
+            acc = lb[t]
+            for u in range(v, end):
+                diff = AT[u, s0 + t] - aq[u]
+                acc += diff * diff
+            lb[t] = acc
+            if acc <= threshold:
+                cand[kept] = t
+                kept += 1
+        count = kept
+        v = end
+    return count
 
 
 @njit(cache=True, nogil=True)
-def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
-           top_d, top_i, counts, lb):
+def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
+           top_d, top_i, counts, lb, cand):
     d, m = P.shape
     k = top_d.shape[0]
     # short code of the query: a_q = P^T (q - mu), r_q = ||q - mu - P a_q||
@@ -107,8 +137,9 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
             if gap > 0.0 and gap * gap > bound:
                 skipped += 1
                 continue
-        _list_bounds(AT, R, s0, s1, aq, rq, lb)
-        for t in range(s1 - s0):
+        count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
+        for c in range(count):
+            t = cand[c]
             if lb[t] <= top_d[k - 1] + slack and t % stride != 0:  # anchors are read already
                 _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
                 read += 1
@@ -118,12 +149,13 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
 
 
 @njit(cache=True, parallel=True)
-def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
+def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
             out_d, out_i, counts, max_list):
     for qi in prange(Q.shape[0]):
         lb = np.empty(max_list, np.float32)
+        cand = np.empty(max_list, np.int64)
         _query(Q[qi], mu, P, probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
-               out_d[qi], out_i[qi], counts[qi], lb)
+               first, step, out_d[qi], out_i[qi], counts[qi], lb, cand)
 
 
 @dataclass
@@ -134,6 +166,8 @@ class Lychee(VectorIndex):
     variance_target: float = 0.9
     anchor_stride: int = 256
     list_bound: bool = True
+    screen_first: int = 8  # directions every member's bound starts with
+    screen_step: int = 8  # directions added at a time for members still under the threshold
     threads: int = 1
     name = "lychee"
     nprobe: int = field(default=1, init=False)
@@ -242,8 +276,8 @@ class Lychee(VectorIndex):
         counts = np.zeros((nq, 3), np.int64)
         numba.set_num_threads(max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS)))
         _search(xq, self.mu, self.P, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
-                self.radius, self.anchor_stride, self.list_bound, self.slack, out_d, out_i, counts,
-                int(sizes.max()) + 1)
+                self.radius, self.anchor_stride, self.list_bound, self.slack, self.screen_first, self.screen_step,
+                out_d, out_i, counts, int(sizes.max()) + 1)
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
                                        vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))

@@ -7,13 +7,16 @@ Each workload's search runs in `mixed` mode within a stated time budget; every r
 timed in its own child process.
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget.
 """
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from claimbench import metrics
+from claimbench.baselines import engine_build
 from claimbench.baselines.engine_build import OrtBackend
 from claimbench.datasets import onnx_workloads as W
+from claimbench.datasets import vectors
 from claimbench.impl.tuner import Tuner
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
@@ -22,12 +25,28 @@ MODE = "fast" if QUICK else "mixed"
 BUDGET_S = 120 if QUICK else 600  # per workload
 
 
+def route_cache(name: str) -> Path:
+    """Tried routes of a workload, kept across runs (a crashed run resumes) for this backend's code and
+    ORT version; the reported ratio is always re-timed, interleaved, in the run itself."""
+    import onnxruntime
+    code = hashlib.sha1(Path(engine_build.__file__).read_bytes()).hexdigest()[:10]
+    path = vectors.cache_dir() / "tuner" / f"{name}-{MODE}-ort{onnxruntime.__version__}-{code}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def tune(name: str) -> dict:
-    workload = W.load(name)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
-                       workdir=Path(tmp)).run(progress=lambda msg: print(msg, flush=True))
+    try:
+        workload = W.load(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
+                           cache=route_cache(name), workdir=Path(tmp)).run(progress=lambda m: print(m, flush=True))
+    except Exception as e:  # noqa: BLE001 - one workload failing must not lose the others
+        return {"error": f"{type(e).__name__}: {e}"}
     default, winner, interleaved = result["default"], result["winner"], result["interleaved"]
+    if interleaved:
+        print(f"{name}: default {interleaved[0] * 1e3:.2f} ms, winner {interleaved[1] * 1e3:.2f} ms "
+              f"({interleaved[0] / interleaved[1]:.2f}x) with {winner.route}", flush=True)
     return {"default": interleaved[0] if interleaved else None, "default_passed": bool(default and default.passed),
             "winner": interleaved[1] if interleaved else None, "route": winner.route if winner else None,
             "gate": winner.gate if winner else None, "held_out": winner.held_out if winner else None,
@@ -43,29 +62,36 @@ class Tuned:
     def setup_cache(self):
         return {name: tune(name) for name in WORKLOADS}
 
+    def _point(self, r, workload):
+        point = r[workload]
+        if "error" in point:
+            raise RuntimeError(f"{workload}: {point['error']}")
+        return point
+
     def track_default_latency(self, r, workload):
-        return r[workload]["default"]
+        return self._point(r, workload)["default"]
     track_default_latency.unit = metrics.SECONDS.unit
 
     def track_tuned_latency(self, r, workload):
-        return r[workload]["winner"]
+        return self._point(r, workload)["winner"]
     track_tuned_latency.unit = metrics.SECONDS.unit
 
     def track_speedup_over_default(self, r, workload):
-        point = r[workload]
+        point = self._point(r, workload)
         if point["winner"] is None or not point["default_passed"]:
             raise AssertionError(f"{workload}: no route passed the gate and the held-out check")
         return point["default"] / point["winner"]
     track_speedup_over_default.unit = metrics.SPEEDUP.unit
 
     def track_winner_cosine(self, r, workload):
-        return r[workload]["gate"]["cosine"]
+        return self._point(r, workload)["gate"]["cosine"]
     track_winner_cosine.unit = metrics.COSINE.unit
 
     def track_winner_held_out(self, r, workload):
-        return r[workload]["held_out"]
+        return self._point(r, workload)["held_out"]
     track_winner_held_out.unit = metrics.HELD_OUT.unit
 
     def track_routes_rejected(self, r, workload):
-        return r[workload]["gate_failed"] + r[workload]["crashed"]
+        point = self._point(r, workload)
+        return point["gate_failed"] + point["crashed"]
     track_routes_rejected.unit = metrics.COUNT.unit

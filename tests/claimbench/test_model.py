@@ -130,3 +130,16 @@ def test_generate_stops_at_eos(tiny):
 
 def test_cache_dtype_follows_the_model(tiny):
     assert isinstance(tiny.new_cache(), KVCache) and tiny.new_cache().k.dtype == torch.float32
+
+
+def test_onnx_export_of_grouped_query_attention_matches_torch(tiny, tmp_path):
+    """The legacy exporter has no grouped-query SDPA: under export the KV heads are repeated."""
+    ort = pytest.importorskip("onnxruntime")
+    ids = tokens(16)
+    path = tmp_path / "tiny.onnx"
+    with torch.no_grad():
+        torch.onnx.export(tiny, (ids,), str(path), input_names=["ids"], output_names=["logits"], dynamo=False,
+                          opset_version=17)
+        expected = tiny(ids).numpy()
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"ids": ids.numpy()})[0]
+    assert abs(got - expected).max() < 1e-4
