@@ -11,7 +11,8 @@ Reconstructed here (not in the digest): a list-level bound that skips a probed l
 (||q - c|| - radius)^2 > U (triangle inequality; the radius is the farthest member from its
 centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass
 over the first directions, continued only for members still under the threshold (partial sums of
-the bound are bounds too);
+the bound are bounds too); survivors read per list in increasing bound with software prefetch of
+the rows ahead (memory order when a list has more than `sort_limit` survivors);
 m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
 (capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
 rounding can never prune a true neighbour.
@@ -23,7 +24,10 @@ from dataclasses import dataclass, field
 import faiss
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from claimbench.baselines.ivf_flat import IVFFlat
 from claimbench.interfaces import InputError, SearchCounters, VectorIndex, check_vectors
@@ -36,6 +40,35 @@ def _sqdist(q, X, t):
         diff = X[t, j] - q[j]
         s += diff * diff
     return s
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, row):
+    """Ask the CPU to start loading arr[row, :] (every 64-byte line): LLVM's prefetch intrinsic,
+    which numba does not expose. Survivors are read in bound order, not memory order, so the
+    hardware prefetcher cannot guess them; asking two rows ahead hides most of the miss latency."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        zero = context.get_constant(types.intp, 0)
+        i8p = ir.IntType(8).as_pointer()
+        base = builder.bitcast(cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], zero]), i8p)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p] + [ir.IntType(32)] * 3), "llvm.prefetch.p0")
+        row_bytes = builder.mul(builder.extract_value(ary.shape, 1),
+                                context.get_constant(types.intp, context.get_abi_sizeof(
+                                    context.get_data_type(aryty.dtype))))
+        read, keep, data = (ir.Constant(ir.IntType(32), v) for v in (0, 3, 1))
+        with cgutils.for_range_slice(builder, zero, row_bytes, context.get_constant(types.intp, 64)) as (off, _):
+            builder.call(fn, [builder.gep(base, [off]), read, keep, data])
+        return context.get_dummy_value()
+    return types.void(arr, row), codegen
+
+
+PREFETCH_AHEAD = 2  # rows requested ahead of the one being read
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -97,7 +130,7 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
 
 @njit(cache=True, nogil=True)
 def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-           top_d, top_i, counts, lb, cand):
+           sort_limit, top_d, top_i, counts, lb, cand):
     d, m = P.shape
     k = top_d.shape[0]
     # short code of the query: a_q = P^T (q - mu), r_q = ||q - mu - P a_q||
@@ -122,8 +155,9 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
             _push(_sqdist(q, X, t), ids[t], top_d, top_i)
             read += 1
     # 2. lists closest first: list-level bound, then the short-code bound of every member; members
-    #    still under the current k-th best are read in memory order, which tightens the bound
-    #    for the lists after them. A member left unread has bound > k-th best: never in the top k.
+    #    still under the current k-th best are read in increasing bound until the bound passes the
+    #    k-th best, which tightens it for the lists after them. A member left unread has bound >
+    #    k-th best: never in the top k.
     for j in range(probe.shape[0]):
         lst = probe[j]
         if lst < 0:
@@ -138,11 +172,23 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
                 skipped += 1
                 continue
         count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
-        for c in range(count):
-            t = cand[c]
-            if lb[t] <= top_d[k - 1] + slack and t % stride != 0:  # anchors are read already
-                _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
-                read += 1
+        if count <= sort_limit:  # few survivors: read them in increasing bound, stop once it passes the k-th best
+            order = np.argsort(lb[cand[:count]])
+            for o in range(count):
+                t = cand[order[o]]
+                if lb[t] > top_d[k - 1] + slack:
+                    break
+                if o + PREFETCH_AHEAD < count:
+                    _prefetch_row(X, s0 + cand[order[o + PREFETCH_AHEAD]])
+                if t % stride != 0:  # anchors are read already
+                    _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
+                    read += 1
+        else:  # many survivors (a weak bound): memory order, which the hardware prefetcher follows
+            for c in range(count):
+                t = cand[c]
+                if lb[t] <= top_d[k - 1] + slack and t % stride != 0:
+                    _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
+                    read += 1
     counts[0] = read
     counts[1] = scanned
     counts[2] = skipped
@@ -150,12 +196,12 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
 
 @njit(cache=True, parallel=True)
 def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-            out_d, out_i, counts, max_list):
+            sort_limit, out_d, out_i, counts, max_list):
     for qi in prange(Q.shape[0]):
         lb = np.empty(max_list, np.float32)
         cand = np.empty(max_list, np.int64)
         _query(Q[qi], mu, P, probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
-               first, step, out_d[qi], out_i[qi], counts[qi], lb, cand)
+               first, step, sort_limit, out_d[qi], out_i[qi], counts[qi], lb, cand)
 
 
 @dataclass
@@ -168,6 +214,7 @@ class Lychee(VectorIndex):
     list_bound: bool = True
     screen_first: int = 8  # directions every member's bound starts with
     screen_step: int = 8  # directions added at a time for members still under the threshold
+    sort_limit: int = 512  # a list's survivors up to this many are read in increasing bound
     threads: int = 1
     name = "lychee"
     nprobe: int = field(default=1, init=False)
@@ -190,8 +237,9 @@ class Lychee(VectorIndex):
         xb = check_vectors(xb, "database", ivf.d)
         if len(xb) != ivf.ntotal:
             raise InputError(f"database has {len(xb)} vectors but the IVF index holds {ivf.ntotal}")
-        if self.anchor_stride < 1:
-            raise InputError(f"anchor_stride must be >= 1, got {self.anchor_stride}")
+        for knob in ("anchor_stride", "screen_first", "screen_step", "sort_limit"):
+            if getattr(self, knob) < 1:
+                raise InputError(f"{knob} must be >= 1, got {getattr(self, knob)}")
         n, d = xb.shape
         lists = [ivf.list_ids(i) for i in range(ivf.nlist)]
         order = np.concatenate(lists).astype(np.int64)
@@ -277,7 +325,7 @@ class Lychee(VectorIndex):
         numba.set_num_threads(max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS)))
         _search(xq, self.mu, self.P, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
                 self.radius, self.anchor_stride, self.list_bound, self.slack, self.screen_first, self.screen_step,
-                out_d, out_i, counts, int(sizes.max()) + 1)
+                self.sort_limit, out_d, out_i, counts, int(sizes.max()) + 1)
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
                                        vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))
