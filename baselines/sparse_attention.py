@@ -143,6 +143,14 @@ class PQProxy:
 
 
 @dataclass
+class ExactProxy:
+    """The exact keys as the proxy: the limit a finer compression approaches (not practical)."""
+
+    def keys(self, layer: int, k: Tensor) -> Tensor:
+        return k[0].float()
+
+
+@dataclass
 class PQCache(SparseAttention):
     proxy: PQProxy = field(default_factory=PQProxy)
     name = "pqcache"

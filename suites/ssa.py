@@ -5,7 +5,8 @@ cache each); the methods act at decode through the model's attention hook, with 
 split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the same PQ proxy.
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
 q/k/v for all), task accuracy on every long-context task, and the claim numbers: SSA's accuracy
-minus the strongest practical baseline's, and SSA's share of dense accuracy.
+minus the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
+proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys.
 CLAIMBENCH_QUICK=1: 4K only, one sample per task, 50x only.
 """
 import os
@@ -15,7 +16,15 @@ import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import metrics
-from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
+from claimbench.baselines.sparse_attention import (
+    Dense,
+    ExactProxy,
+    ImportanceSampling,
+    OracleTopK,
+    PQCache,
+    PQProxy,
+    Quest,
+)
 from claimbench.datasets import longcontext as LC
 from claimbench.impl.ssa import SSA
 
@@ -25,6 +34,9 @@ SPARSITIES = [50] if QUICK else [50, 20, 10]
 SAMPLES = 1 if QUICK else 4
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
+# The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head.
+PROXIES = {"pq-2x6": lambda: PQProxy(2, 6), "pq-4x8": lambda: PQProxy(4, 8), "pq-8x8": lambda: PQProxy(8, 8),
+           "exact": ExactProxy}
 
 
 def make_methods(sparsity: float) -> dict:
@@ -48,27 +60,39 @@ class ErrorProbe:
         return dense
 
 
-def run(length: int, sparsity: float) -> dict:
+def proxy_methods(sparsity: float) -> dict:
+    """SSA and proxy top-k (PQCache's selection) at every proxy resolution, dense as the reference."""
+    out = {"dense": Dense()}
+    for proxy, make in PROXIES.items():
+        out[f"ssa/{proxy}"] = SSA(sparsity=sparsity, proxy=make())
+        out[f"top-k/{proxy}"] = PQCache(sparsity=sparsity, proxy=make())
+    return out
+
+
+def evaluate(length: int, make, samples: int) -> dict:
+    """Accuracy per (method, task), mean accuracy and attention error per method, for the methods
+    make() returns (fresh ones per sample), sharing one prefill per sample."""
     from claimbench import smollm
     torch.set_num_threads(os.cpu_count() or 1)
     model, tok, eos = smollm.load()
     count = lambda s: len(tok.encode(s).ids)  # noqa: E731
-    scores = {(name, task): [] for name in METHODS for task in LC.TASKS}
-    errors = {name: [] for name in METHODS}
+    names = list(make())
+    scores = {(name, task): [] for name in names for task in LC.TASKS}
+    errors = {name: [] for name in names}
     for task in LC.TASKS:
-        for seed in range(SAMPLES):
+        for seed in range(samples):
             sample = LC.make(task, length - 120, count, seed)
             ids = tok.encode(sample.prompt()).ids
             with torch.inference_mode():
                 base = model.new_cache(capacity=len(ids) + 40)
                 model(torch.tensor([ids[:-1]]), base, last_only=True)
                 if seed == 0:  # one decode step with every method on the same q/k/v
-                    probe = ErrorProbe(make_methods(sparsity))
+                    probe = ErrorProbe(make())
                     with model.attention_method(probe):
                         model(torch.tensor([[ids[-1]]]), base.clone())
                     for name, e in probe.errors.items():
                         errors[name] += e
-                for name, method in make_methods(sparsity).items():
+                for name, method in make().items():
                     cache = base.clone()
                     token, out = ids[-1], []
                     with model.attention_method(method):
@@ -80,8 +104,13 @@ def run(length: int, sparsity: float) -> dict:
                     scores[name, task].append(LC.score(sample, tok.decode(out)))
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
               "error": {k: sum(v) / len(v) for k, v in errors.items()}}
-    mean = {name: sum(result["accuracy"][name, t] for t in LC.TASKS) / len(LC.TASKS) for name in METHODS}
-    result["mean"] = mean
+    result["mean"] = {name: sum(result["accuracy"][name, t] for t in LC.TASKS) / len(LC.TASKS) for name in names}
+    return result
+
+
+def run(length: int, sparsity: float) -> dict:
+    result = evaluate(length, lambda: make_methods(sparsity), SAMPLES)
+    mean = result["mean"]
     best = max(PRACTICAL, key=lambda n: mean[n])
     result["gain"] = 100 * (mean["ssa"] - mean[best])
     result["share"] = 100 * mean["ssa"] / mean["dense"] if mean["dense"] else float("nan")
@@ -118,3 +147,26 @@ class Sparse:
     def track_share_of_dense(self, r, context, sparsity, method):
         return self._claim(r, context, sparsity, method, "share")
     track_share_of_dense.unit = metrics.PERCENT_OF_DENSE.unit
+
+
+class ProxySweep:
+    """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, then exact)."""
+    params = (list(PROXIES), ["ssa", "top-k"])
+    param_names = ["proxy", "method"]
+    timeout = 7200
+
+    def setup_cache(self):
+        return evaluate(4096, lambda: proxy_methods(50), SAMPLES)
+
+    def track_mean_accuracy(self, r, proxy, method):
+        return r["mean"][f"{method}/{proxy}"]
+    track_mean_accuracy.unit = metrics.ACCURACY.unit
+
+    def track_share_of_dense(self, r, proxy, method):
+        dense = r["mean"]["dense"]
+        return 100 * r["mean"][f"{method}/{proxy}"] / dense if dense else float("nan")
+    track_share_of_dense.unit = metrics.PERCENT_OF_DENSE.unit
+
+    def track_attention_relative_error(self, r, proxy, method):
+        return r["error"][f"{method}/{proxy}"]
+    track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit

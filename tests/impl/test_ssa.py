@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from claimbench.baselines.sparse_attention import (Dense, ImportanceSampling, OracleTopK, PQCache, Quest,
-                                                    draw_with_replacement)
+from claimbench.baselines.sparse_attention import (Dense, ExactProxy, ImportanceSampling, OracleTopK, PQCache,
+                                                    PQProxy, Quest, draw_with_replacement)
 from claimbench.impl.ssa import SSA, ssa_select, water_fill
 from claimbench.model import Llama, LlamaConfig, dense_attention
 
@@ -81,11 +81,7 @@ def test_ssa_is_closer_than_top_k_on_peaked_scores_with_the_exact_proxy():
         k = torch.randn(1, 3, 3000, 32, generator=gen)
         v = torch.randn(1, 3, 3000, 32, generator=gen)
         dense = dense_attention(q, k, v)
-
-        class Exact:  # the proxy returns the exact keys
-            def keys(self, layer, kk):
-                return kk[0]
-        for name, m in (("ssa", SSA(sparsity=50, proxy=Exact(), seed=trial)), ("top", OracleTopK(sparsity=50))):
+        for name, m in (("ssa", SSA(sparsity=50, proxy=ExactProxy(), seed=trial)), ("top", OracleTopK(sparsity=50))):
             errs[name].append(((m.attend(0, q, k, v) - dense).norm() / dense.norm()).item())
     assert sum(errs["ssa"]) <= sum(errs["top"]) * 1.1
 
@@ -102,3 +98,12 @@ def test_methods_run_inside_the_model():
             with model.attention_method(cls(sparsity=10)):
                 out = model(torch.tensor([[5]]), c)
             assert torch.isfinite(out).all() and c.length == 301
+
+
+def test_finer_pq_proxy_reconstructs_keys_better():
+    k = torch.randn(1, 3, 2000, 64, generator=torch.Generator().manual_seed(1))
+    errors = [float((proxy.keys(0, k) - k[0]).norm()) for proxy in (PQProxy(2, 6), PQProxy(8, 8))]
+    assert errors[1] < errors[0]
+    assert torch.equal(ExactProxy().keys(0, k), k[0])
+    assert torch.equal(PQCache(sparsity=50, proxy=ExactProxy()).attend(0, k[:, :, :1], k, k),
+                       OracleTopK(sparsity=50).attend(0, k[:, :, :1], k, k))  # exact proxy top-k is the oracle
