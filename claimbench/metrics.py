@@ -45,13 +45,14 @@ COSINE = Metric("cosine", "higher", "cosine similarity to the fp32 reference out
 HELD_OUT = Metric("held-out score", "none", "the workload's held-out check (NDCG@10, top-1 agreement or perplexity ratio)")
 COUNT = Metric("count", "none", "a count (context, not a quality)")
 STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
+MEMORY_RATIO = Metric("memory ratio", "lower", "extra memory of the method / memory of the full vectors")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
                                 TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
                                 PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE,
                                 RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE,
-                                COSINE, HELD_OUT, COUNT)}
+                                COSINE, HELD_OUT, COUNT, MEMORY_RATIO)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:
