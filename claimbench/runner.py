@@ -6,6 +6,7 @@ with one round per benchmark, run and saved normally.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -58,6 +59,20 @@ def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
 _FAILED = re.compile(r"\s(failed|timeout)\s*$")
 
 
+CODE_FOLDERS = ("suites", "impl", "baselines", "datasets", "claimbench")
+
+
+def code_stamp(root: Path = REPO_ROOT) -> str:
+    """Hash of everything a benchmark imports from this checkout. asv discovers the benchmarks
+    (their parameter lists) once, then imports them again per benchmark: an edit in between
+    saves values under the wrong parameter labels."""
+    digest = hashlib.sha1()
+    for folder in CODE_FOLDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
 def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
         bench: list[str] | None = None, root: Path = REPO_ROOT) -> int:
     """Run the suites with asv, streaming its progress.
@@ -76,7 +91,12 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         cmd += ["--bench", pattern]
     env = {**os.environ, QUICK_ENV: "1" if quick else os.environ.get(QUICK_ENV, "0")}
     print(f"claimbench: asv run on {machine} at {commit[:8]}{' (quick)' if quick else ''}", flush=True)
-    failed = []
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    if dirty:
+        print(f"claimbench: uncommitted changes; results are saved under {commit[:8]} but measure the working "
+              f"tree:\n{dirty}", file=sys.stderr, flush=True)
+    failed, stamp = [], code_stamp(root)
     with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1) as proc:
         for line in proc.stdout:
@@ -85,6 +105,11 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
             if _FAILED.search(line) and "···" in line:
                 failed.append(line.split("···")[-1].strip())
     environment.write_sidecar(results_dir(root) / machine)
+    if code_stamp(root) != stamp:
+        print("claimbench: the code under suites/, impl/, baselines/, datasets/ or claimbench/ changed while asv "
+              f"ran; results saved for {commit[:8]} may carry the wrong parameter labels. Commit, then run again.",
+              file=sys.stderr)
+        return 1
     if failed:
         print(f"claimbench: {len(failed)} benchmark(s) failed and were recorded as failed:", *failed, sep="\n  ")
         return 1
