@@ -2,7 +2,7 @@
 
 A route is one assignment of knobs. Modes: `fast` (the default plus one knob changed at a time),
 `full` (the product over the knobs), `mixed` (fast, then full over the knobs whose single change
-helped). Every route is built and timed in a child process, so a crash or hang is recorded and
+helped: passed the gate and beat the default by more than `min_gain`, so noise does not count). Every route is built and timed in a child process, so a crash or hang is recorded and
 skipped; tried routes go to a JSONL cache, so a run resumes. The winner is the fastest route that
 passes the gate, re-timed interleaved with the default in one child for the reported ratio. The
 gate: per output tensor against the unoptimized fp32 reference (fraction of elements outside
@@ -175,6 +175,7 @@ class Tuner:
     budget_s: float = 600.0
     route_timeout_s: float = 300.0
     repeats: int = 10
+    min_gain: float = 0.03  # mixed mode: a knob "helped" when one change of it passed and was this much faster
     cache: Path | None = None
     workdir: Path = field(default_factory=lambda: Path("/tmp/claimbench-tuner"))
 
@@ -264,7 +265,7 @@ class Tuner:
             base = done.get(route_key(default_route(knobs)))
             helped = [k for k in knobs if base and base.latency_s and any(
                 (r := done.get(route_key({**default_route(knobs), k.name: v}))) and r.passed and r.latency_s
-                and r.latency_s < base.latency_s for v in k.values if v != k.default)]
+                and r.latency_s * (1 + self.min_gain) < base.latency_s for v in k.values if v != k.default)]
             if len(helped) > 1:
                 attempt([{**default_route(knobs), **combo} for combo in full_routes(helped)])
         default = done.get(route_key(default_route(knobs)))
