@@ -131,10 +131,10 @@ def results(version, prefix: str) -> pd.DataFrame:
 
 
 def latest_per_machine(df: pd.DataFrame) -> pd.DataFrame:
-    """Keep each machine's newest commit only."""
+    """Keep each benchmark's newest commit per machine (a run of part of a suite hides nothing else)."""
     if df.empty:
         return df
-    newest = df.groupby("machine")["commit_date"].transform("max")
+    newest = df.groupby(["machine", "benchmark"])["commit_date"].transform("max")
     return df[df["commit_date"] == newest]
 
 
