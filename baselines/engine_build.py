@@ -100,8 +100,9 @@ def _int8(src: Path, out: Path, exclude: list[str] = (), only: list[str] | None 
 
 
 def sensitivity_ranking(workload, workdir: Path) -> list[str]:
-    """MatMul names, least sensitive first: each quantized alone to int8, scored by the gate's
-    cosine loss plus its out-of-tolerance fraction on the gate inputs. Cached per model file."""
+    """Names of the MatMuls with a constant weight, least sensitive first: each quantized alone to
+    int8, scored by the gate's cosine loss plus its out-of-tolerance fraction on the gate inputs.
+    Cached per model file."""
     import onnx
     import onnxruntime as ort
 
@@ -111,7 +112,10 @@ def sensitivity_ranking(workload, workdir: Path) -> list[str]:
     if cache.exists():
         return json.loads(cache.read_text())
     reference, _ = workload.reference()
-    names = [n.name for n in onnx.load(str(src)).graph.node if n.op_type == "MatMul"]
+    model = onnx.load(str(src))
+    constants = {init.name for init in model.graph.initializer}
+    # MatMuls with a constant weight: the ones dynamic quantization turns into int8 kernels
+    names = [n.name for n in model.graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
     scored = []
     for name in names:
         single = workdir / f"{src.stem}-only-{hashlib.sha1(name.encode()).hexdigest()[:8]}.onnx"
