@@ -1,4 +1,5 @@
 """Small pieces every page shares: the empty-store notice, the verdict colours and badges."""
+import altair as alt
 import streamlit as st
 
 from claimbench import store
@@ -28,3 +29,16 @@ def empty_notice(has_results: bool) -> None:
 
 # The verdict shown as its badge (a pandas Styler would cost the first paint a second here).
 BADGE_COLUMN = {"badge": st.column_config.TextColumn("verdict")}
+
+
+def board_chart(df, spec: dict):
+    """A task board as bars: one row of bars per group, one column per machine, coloured by gate."""
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
+        color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
+                                                  range=["#1a7f37", "#57606a", "#cf222e"])),
+        row=alt.Row("group:N", title=spec["group"].replace("_", " "),
+                    header=alt.Header(labelAngle=0, labelAlign="left")),
+        column=alt.Column("machine:N", title=None),
+        tooltip=["machine", "group", "method", "value", "gate", "rank"],
+    ).properties(height=22 * df["method"].nunique(), width=280)

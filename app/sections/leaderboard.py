@@ -1,5 +1,4 @@
 """Methods and baselines ranked by their gated metric, per task and machine: one tab per task."""
-import altair as alt
 import streamlit as st
 
 from claimbench.app import queries, views
@@ -19,16 +18,7 @@ for tab, (task, spec) in zip(st.tabs([TAB_NAMES[t] for t in queries.BOARDS]), qu
         order = "lowest first" if spec.get("lower_is_better") else "highest first"
         st.caption(f"Ranked per machine and {spec['group'].replace('_', ' ')} ({order}); a method that failed its "
                    "quality gate is shown, not ranked.")
-        chart = alt.Chart(df).mark_bar().encode(
-            x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
-            color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
-                                                      range=["#1a7f37", "#57606a", "#cf222e"])),
-            row=alt.Row("group:N", title=spec["group"].replace("_", " "),
-                        header=alt.Header(labelAngle=0, labelAlign="left")),
-            column=alt.Column("machine:N", title=None),
-            tooltip=["machine", "group", "method", "value", "gate", "rank"],
-        ).properties(height=22 * df["method"].nunique(), width=280)
-        st.altair_chart(chart)
+        st.altair_chart(views.board_chart(df, spec))
         st.dataframe(df, hide_index=True, width="stretch",
                      column_config={"value": st.column_config.NumberColumn(spec["unit"], format="%.4g"),
                                     "group": st.column_config.TextColumn(spec["group"].replace("_", " "))})

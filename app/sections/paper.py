@@ -47,6 +47,15 @@ if paper["suite"] in queries.TRADEOFFS:
         )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
         st.altair_chart(chart)
 
+board_task = paper["task"] if paper["task"] in queries.BOARDS else None
+if paper["suite"] not in queries.TRADEOFFS and board_task:
+    spec = queries.BOARDS[board_task]
+    df = queries.board(version, board_task)
+    if not df.empty:
+        st.subheader("Method vs baselines")
+        st.caption(spec["title"])
+        st.altair_chart(views.board_chart(df, spec))
+
 raw = queries.results(version, paper["suite"] + ".")
 benchmarks = [b for b in claims["benchmark"].unique() if b]
 chosen = st.selectbox("Benchmark over commits", sorted(set(raw["benchmark"])) if len(raw) else benchmarks,

@@ -90,6 +90,12 @@ def test_paper_page_has_tradeoff_history_and_csv(use_db):
     assert "No suite for this paper yet" in text(at)
 
 
+def test_paper_page_compares_methods_through_the_task_board(use_db):
+    at = run("paper", paper="ugds")
+    assert "Method vs baselines" in [s.value for s in at.subheader]
+    assert len(at.get("vega_lite_chart")) == 1  # the task board (the fixture has no ugds claim history)
+
+
 def test_alerts_page_lists_the_regression_and_gate(use_db):
     df = frames(run("alerts"))[0]
     assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
