@@ -26,6 +26,8 @@ K = 10
 DATASETS = ["glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",
             "spectrum-256-decay1.5"] + (
     [] if QUICK else ["spectrum-960-decay0.5"])
+if os.environ.get("CLAIMBENCH_DATASETS"):  # a comma-separated subset, e.g. to rerun the slow full sizes in parts
+    DATASETS = [d for d in os.environ["CLAIMBENCH_DATASETS"].split(",") if d]
 NPROBES = [4, 16, 64, 128]
 TARGETS = ["0.999", "0.9999"]
 ROUNDS = 3 if QUICK else 7

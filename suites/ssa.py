@@ -7,7 +7,8 @@ Measured: attention-output relative error vs dense per layer and head (one decod
 q/k/v for all), task accuracy on every long-context task, and the claim numbers: SSA's accuracy
 minus the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
 proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys.
-CLAIMBENCH_QUICK=1: 4K only, one sample per task, 50x only.
+Full mode: 4K and 8K, 50x/20x/10x, two samples per task. CLAIMBENCH_QUICK=1: 4K only, one sample
+per task, 50x only.
 """
 import os
 
@@ -31,7 +32,7 @@ from claimbench.impl.ssa import SSA
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 LENGTHS = [4096] if QUICK else [4096, 8192]
 SPARSITIES = [50] if QUICK else [50, 20, 10]
-SAMPLES = 1 if QUICK else 4
+SAMPLES = 1 if QUICK else 2
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head.
