@@ -12,7 +12,8 @@ Reconstructed here (not in the digest): a list-level bound that skips a probed l
 centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass
 over the first directions, continued only for members still under the threshold (partial sums of
 the bound are bounds too); survivors read per list in increasing bound with software prefetch of
-the rows ahead (memory order when a list has more than `sort_limit` survivors);
+the rows ahead (memory order when more than `sorted_below` of a list survives: with a weak bound
+the sort and the random order cost more than the reads they save);
 m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
 (capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
 rounding can never prune a true neighbour.
@@ -130,7 +131,7 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
 
 @njit(cache=True, nogil=True)
 def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-           sort_limit, top_d, top_i, counts, lb, cand):
+           sorted_below, top_d, top_i, counts, lb, cand):
     d, m = P.shape
     k = top_d.shape[0]
     # short code of the query: a_q = P^T (q - mu), r_q = ||q - mu - P a_q||
@@ -172,7 +173,7 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
                 skipped += 1
                 continue
         count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
-        if count <= sort_limit:  # few survivors: read them in increasing bound, stop once it passes the k-th best
+        if count < sorted_below * (s1 - s0):  # few survivors: increasing bound, stop once it passes the k-th best
             order = np.argsort(lb[cand[:count]])
             for o in range(count):
                 t = cand[order[o]]
@@ -196,12 +197,12 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
 
 @njit(cache=True, parallel=True)
 def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-            sort_limit, out_d, out_i, counts, max_list):
+            sorted_below, out_d, out_i, counts, max_list):
     for qi in prange(Q.shape[0]):
         lb = np.empty(max_list, np.float32)
         cand = np.empty(max_list, np.int64)
         _query(Q[qi], mu, P, probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
-               first, step, sort_limit, out_d[qi], out_i[qi], counts[qi], lb, cand)
+               first, step, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand)
 
 
 @dataclass
@@ -212,9 +213,9 @@ class Lychee(VectorIndex):
     variance_target: float = 0.9
     anchor_stride: int = 256
     list_bound: bool = True
-    screen_first: int = 8  # directions every member's bound starts with
+    screen_first: int = 32  # directions every member's bound starts with
     screen_step: int = 8  # directions added at a time for members still under the threshold
-    sort_limit: int = 512  # a list's survivors up to this many are read in increasing bound
+    sorted_below: float = 0.125  # a list whose survivors are fewer than this share is read in increasing bound
     threads: int = 1
     name = "lychee"
     nprobe: int = field(default=1, init=False)
@@ -237,9 +238,11 @@ class Lychee(VectorIndex):
         xb = check_vectors(xb, "database", ivf.d)
         if len(xb) != ivf.ntotal:
             raise InputError(f"database has {len(xb)} vectors but the IVF index holds {ivf.ntotal}")
-        for knob in ("anchor_stride", "screen_first", "screen_step", "sort_limit"):
+        for knob in ("anchor_stride", "screen_first", "screen_step"):
             if getattr(self, knob) < 1:
                 raise InputError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if not 0.0 <= self.sorted_below <= 1.0:
+            raise InputError(f"sorted_below must be in [0, 1], got {self.sorted_below}")
         n, d = xb.shape
         lists = [ivf.list_ids(i) for i in range(ivf.nlist)]
         order = np.concatenate(lists).astype(np.int64)
@@ -325,7 +328,7 @@ class Lychee(VectorIndex):
         numba.set_num_threads(max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS)))
         _search(xq, self.mu, self.P, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
                 self.radius, self.anchor_stride, self.list_bound, self.slack, self.screen_first, self.screen_step,
-                self.sort_limit, out_d, out_i, counts, int(sizes.max()) + 1)
+                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1)
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
                                        vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))
