@@ -186,7 +186,13 @@ def board(version, task: str) -> pd.DataFrame:
     ranked["rank"] = ranked.groupby(["machine", "group"])["value"].rank(
         ascending=spec.get("lower_is_better", False), method="min").astype("Int64")
     out = out.merge(ranked[["machine", "group", "method", "rank"]], how="left", on=["machine", "group", "method"])
-    return out.sort_values(["machine", "group", "rank"], na_position="last")
+    return out.sort_values(["machine", "group", "rank"], key=_natural, na_position="last")
+
+
+def _natural(column: pd.Series) -> pd.Series:
+    """Sort key: numbers as numbers (queue depth 8 before 32), everything else as text."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    return numbers if column.name == "group" and numbers.notna().all() else column
 
 
 @st.cache_data(show_spinner=False)

@@ -37,8 +37,15 @@ def board_chart(df, spec: dict):
         x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
         color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
                                                   range=["#1a7f37", "#57606a", "#cf222e"])),
-        row=alt.Row("group:N", title=spec["group"].replace("_", " "),
+        row=alt.Row("group:N", title=spec["group"].replace("_", " "), sort=sorted(set(df["group"]), key=_numeric_first),
                     header=alt.Header(labelAngle=0, labelAlign="left")),
         column=alt.Column("machine:N", title=None),
         tooltip=["machine", "group", "method", "value", "gate", "rank"],
     ).properties(height=22 * df["method"].nunique(), width=280)
+
+
+def _numeric_first(value: str):
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)

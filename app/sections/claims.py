@@ -29,10 +29,10 @@ st.dataframe(table, hide_index=True, width="stretch",
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(
     x=alt.X("claims:Q", title="claims x machines"),
-    y=alt.Y("verdict:N", sort=list(views.VERDICT_COLORS), title=None),
+    y=alt.Y("verdict:N", sort=list(views.VERDICT_COLORS), title=None, axis=alt.Axis(labelOverlap=False)),
     color=alt.Color("verdict:N", scale=alt.Scale(domain=list(views.VERDICT_COLORS),
                                                  range=list(views.VERDICT_COLORS.values())), legend=None),
-).properties(height=160)
+).properties(height=28 * len(views.VERDICT_COLORS))
 st.altair_chart(chart, width="stretch")  # after the table: the table paints first
 
 not_measured = sorted(set(df["paper"]) - set(df[df["measured"].notna()]["paper"]))
