@@ -9,8 +9,10 @@ from tabulate import tabulate
 from .registry import REPO_ROOT, Registry
 from .verdicts import Verdict
 
-BADGE = {"reproduced": "✅ reproduced", "partly": "🟡 partly", "not reproduced": "❌ not reproduced",
-         "gate failed": "⛔ gate failed", "not testable here": "⚪ not testable here",
+# Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
+# minimal desktops lack, and then show as empty boxes.
+BADGE = {"reproduced": "✓ reproduced", "partly": "◐ partly", "not reproduced": "✗ not reproduced",
+         "gate failed": "⊘ gate failed", "not testable here": "○ not testable here",
          "not measured yet": "… not measured yet"}
 
 

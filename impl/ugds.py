@@ -52,9 +52,9 @@ class IoUringBatched(BatchIO):
 
     def _iovec(self, arena: AlignedArena, i: int, length: int):
         key = (id(arena), i, length)
-        if key not in self._iov:  # one Iovec per (slot, length), kept alive while in use
-            self._iov[key] = self._L.Iovec([arena.slot(i, length)])
-        return self._iov[key]
+        if key not in self._iov:  # one Iovec per (slot, length); the binding keeps raw pointers, so the
+            self._iov[key] = (self._L.Iovec([arena.slot(i, length)]), arena)  # arena is held with it
+        return self._iov[key][0]
 
     def _register(self, arena: AlignedArena, fds: tuple[int, ...]) -> bool:
         """Register the arena and the batch's files once; False (with the reason kept) if refused."""

@@ -2,7 +2,8 @@
 
 Per workload: the default build's latency (ORT defaults), the tuned winner's latency (the fastest
 route passing the tensor gate and the held-out check), their ratio (both re-timed interleaved in
-one process after the search), the gate numbers of the winner and its held-out result. TensorRT is not installable here: the TensorRT claim is not testable.
+one process after the search), the gate numbers of the winner and its held-out result. TensorRT
+is not installable here: the TensorRT claim is not testable.
 Each workload's search runs in `mixed` mode within a stated time budget; every route is built and
 timed in its own child process.
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget.
