@@ -23,14 +23,7 @@ from claimbench.impl.tuner import Backend, Knob
 
 class OrtBackend(Backend):
     name = "onnxruntime-cpu"
-
-    @staticmethod
-    def available() -> bool:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            return False
-        return True
+    module = "onnxruntime"
 
     def knobs(self, workload) -> list[Knob]:
         return [
@@ -148,14 +141,7 @@ class TensorRTBackend(Backend):
     """TensorRT engines (builder flags and precision per route) where `tensorrt` imports and a GPU
     exists; not installable on these machines, so never run here."""
     name = "tensorrt"
-
-    @staticmethod
-    def available() -> bool:
-        try:
-            import tensorrt  # noqa: F401
-        except ImportError:
-            return False
-        return True
+    module = "tensorrt"
 
     def knobs(self, workload) -> list[Knob]:
         return [Knob("precision", ("fp32", "fp16", "int8"), "fp32"),

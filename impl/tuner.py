@@ -12,6 +12,7 @@ never saw. Reconstructed from the digest: knob sets, thresholds and the held-out
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import multiprocessing
@@ -102,10 +103,15 @@ def gate(outputs: list[np.ndarray], reference: list[np.ndarray], spec: GateSpec)
 class Backend(ABC):
     """route -> engine -> run. Engines are built in the child process that times them."""
     name = "backend"
+    module = ""  # the package the backend needs
 
-    @staticmethod
-    @abstractmethod
-    def available() -> bool: ...
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            importlib.import_module(cls.module)
+        except ImportError:
+            return False
+        return True
 
     @abstractmethod
     def knobs(self, workload) -> list[Knob]: ...

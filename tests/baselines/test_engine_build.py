@@ -1,8 +1,10 @@
+import importlib.util
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from claimbench.baselines.engine_build import OrtBackend, sensitivity_ranking
+from claimbench.baselines.engine_build import OrtBackend, TensorRTBackend, sensitivity_ranking
 from claimbench.impl.tuner import GateSpec, default_route
 
 
@@ -55,3 +57,8 @@ def test_placement_quantizes_the_least_sensitive_matmuls(tmp_path):
     assert fp32 == {"mm1", "mm2"}  # only the least sensitive MatMul went to int8
     out = backend.run(engine, workload.timing_feeds())[0]
     assert out.shape == (8, 32) and np.isfinite(out).all()
+
+
+def test_backends_say_whether_their_package_imports():
+    assert OrtBackend.available()
+    assert TensorRTBackend.available() == (importlib.util.find_spec("tensorrt") is not None)
