@@ -6,9 +6,9 @@ split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the s
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
 q/k/v for all), task accuracy on every long-context task, and the claim numbers: SSA's accuracy
 minus the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
-proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys.
-Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per task. CLAIMBENCH_QUICK=1: 4K only, one sample
-per task, 50x only.
+proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys (full mode).
+Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per task. CLAIMBENCH_QUICK=1: 4K only,
+one sample per task, 50x only.
 """
 import os
 
