@@ -7,8 +7,10 @@ ORT knobs: graph optimization level; individually disabled optimizers; int8 dyna
 of MatMul weights, placed three ways: everywhere, excluding the MatMuls whose weights have the worst
 outlier ratio max|w|/std, or only on the least sensitive share of MatMuls (each MatMul quantized
 alone, ranked by the error it causes on the gate inputs: the paper's quantization placement,
-reconstructed); 4-bit MatMulNBits weights; intra-op threads; thread spinning; execution mode;
-memory-pattern planning.
+reconstructed), each placement also after SmoothQuant smoothing (Xiao et al., ICML 2023: per input
+channel, activation range moved into the weight, alpha 0.5, calibrated on the gate inputs);
+int8 static quantization (QDQ, calibrated on the gate inputs) of Conv/MatMul/Gemm or of Convs only;
+4-bit MatMulNBits weights; intra-op threads; thread spinning; execution mode; memory-pattern planning.
 """
 from __future__ import annotations
 
@@ -30,7 +32,9 @@ class OrtBackend(Backend):
             Knob("opt_level", ("all", "extended", "basic", "disabled"), "all"),
             Knob("disabled_optimizers", ("none", "attention+gelu fusions", "matmul-add fusion"), "none"),
             Knob("quantization", ("none", "int8-dynamic", "int8-dynamic-excluding-outliers",
-                                  *(f"int8-least-sensitive-{p}%" for p in PLACEMENT_SHARES), "int4-matmulnbits"), "none"),
+                                  *(f"int8-least-sensitive-{p}%" for p in PLACEMENT_SHARES), "int8-smoothquant",
+                                  *(f"int8-smoothquant-least-sensitive-{p}%" for p in PLACEMENT_SHARES),
+                                  "int8-static", "int8-static-convs", "int4-matmulnbits"), "none"),
             Knob("threads", (0, 1, 2), 0),
             Knob("spinning", (True, False), True),
             Knob("execution_mode", ("sequential", "parallel"), "sequential"),
@@ -46,13 +50,16 @@ class OrtBackend(Backend):
         if out.exists():
             return out
         import onnx
-        if mode.startswith("int8-dynamic"):
-            exclude = outlier_matmuls(onnx.load(str(src)), 0.25) if mode.endswith("outliers") else []
-            _int8(src, out, exclude=exclude)
-        elif mode.startswith("int8-least-sensitive-"):
-            ranking = sensitivity_ranking(workload, workdir)
-            share = int(mode.removeprefix("int8-least-sensitive-").rstrip("%")) / 100
-            _int8(src, out, only=ranking[: max(1, round(len(ranking) * share))])
+        if mode.startswith("int8-static"):
+            _int8_static(src, out, workload, ["Conv"] if mode.endswith("convs") else ["Conv", "MatMul", "Gemm"])
+        elif mode.startswith("int8-"):
+            model = smoothed(workload, workdir) if mode.startswith("int8-smoothquant") else src
+            if "least-sensitive-" in mode:
+                ranking = sensitivity_ranking(workload, workdir, model)
+                share = int(mode.rsplit("-", 1)[1].rstrip("%")) / 100
+                _int8(model, out, only=ranking[: max(1, round(len(ranking) * share))])
+            else:
+                _int8(model, out, exclude=outlier_matmuls(onnx.load(str(model)), 0.25) if mode.endswith("outliers") else [])
         else:
             from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
             q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
@@ -82,7 +89,7 @@ class OrtBackend(Backend):
         return engine.run(None, feeds)
 
 
-PLACEMENT_SHARES = (75, 50, 25)  # share of MatMuls (least sensitive first) that int8 placement quantizes
+PLACEMENT_SHARES = (75, 50, 25)  # share of weighted MatMuls (least error per unit of work first) int8 placement quantizes
 
 
 def _int8(src: Path, out: Path, exclude: list[str] = (), only: list[str] | None = None) -> None:
@@ -92,30 +99,100 @@ def _int8(src: Path, out: Path, exclude: list[str] = (), only: list[str] | None 
                      per_channel=True, nodes_to_exclude=list(exclude), nodes_to_quantize=list(only or []))
 
 
-def sensitivity_ranking(workload, workdir: Path) -> list[str]:
-    """Names of the MatMuls with a constant weight, least sensitive first: each quantized alone to
-    int8, scored by the gate's cosine loss plus its out-of-tolerance fraction on the gate inputs.
-    Cached per model file."""
+def _int8_static(src: Path, out: Path, workload, op_types: list[str]) -> None:
+    """int8 static quantization (QDQ, per-channel weights, uint8 activations with MinMax ranges
+    calibrated on the gate inputs) of `op_types`; every other node stays fp32."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class GateInputs(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter(workload.gate_feeds())
+
+        def get_next(self):
+            return next(self.feeds, None)
+    quantize_static(str(src), str(out), GateInputs(), quant_format=QuantFormat.QDQ, op_types_to_quantize=op_types,
+                    per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+SMOOTHQUANT_ALPHA = 0.5  # the SmoothQuant paper's default migration strength
+
+
+def weighted_matmuls(model) -> list[int]:
+    """Positions of the MatMul nodes whose second input is a constant 2-D weight: the ones int8
+    turns into int8 kernels."""
+    shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
+    return [i for i, n in enumerate(model.graph.node) if n.op_type == "MatMul" and len(shapes.get(n.input[1], ())) == 2]
+
+
+def smoothed(workload, workdir: Path, alpha: float = SMOOTHQUANT_ALPHA) -> Path:
+    """The model with SmoothQuant's equivalent transform before every weighted MatMul: x W = (x / s)(s W)
+    with s_j = max|x_j|^alpha / max|W_j|^(1 - alpha) per input channel j, max|x_j| over the gate
+    inputs. Outputs equal the original's up to fp32 rounding; int8 activations then lose less
+    to outlier channels. Cached per model file."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    src = Path(workload.onnx_path)
+    out = workdir / f"{src.stem}-smoothed-{alpha}-{hashlib.sha1(src.read_bytes()).hexdigest()[:12]}.onnx"
+    if out.exists():
+        return out
+    model = onnx.load(str(src))
+    smoothing = set(weighted_matmuls(model))
+    probe = onnx.load(str(src))
+    activations = sorted({model.graph.node[i].input[0] for i in smoothing})
+    probe.graph.output.extend(helper.make_tensor_value_info(a, onnx.TensorProto.FLOAT, None) for a in activations)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    x_max = {}
+    for feeds in workload.gate_feeds():
+        for name, value in zip(activations, session.run(activations, feeds)):
+            channel_max = np.abs(value).reshape(-1, value.shape[-1]).max(0)
+            x_max[name] = np.maximum(x_max.get(name, 0), channel_max)
+    weights = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    ordered = []
+    for i, node in enumerate(onnx.NodeProto.FromString(n.SerializeToString()) for n in model.graph.node):
+        if i in smoothing:
+            w = weights[node.input[1]]
+            scale = (np.maximum(x_max[node.input[0]], 1e-5) ** alpha
+                     / np.maximum(np.abs(w).max(1), 1e-5) ** (1 - alpha)).astype(np.float32)
+            prefix = f"{node.name}/smooth"
+            weights[f"{prefix}/weight"], weights[f"{prefix}/inverse_scale"] = w * scale[:, None], 1 / scale
+            ordered.append(helper.make_node("Mul", [node.input[0], f"{prefix}/inverse_scale"], [f"{prefix}/input"],
+                                            name=prefix))
+            node.input[0], node.input[1] = f"{prefix}/input", f"{prefix}/weight"
+        ordered.append(node)
+    used = {name for node in ordered for name in node.input}
+    del model.graph.node[:], model.graph.initializer[:]
+    model.graph.node.extend(ordered)
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in weights.items() if k in used)
+    onnx.save(model, str(out))
+    return out
+
+
+def sensitivity_ranking(workload, workdir: Path, model: Path | None = None) -> list[str]:
+    """Names of the weighted MatMuls of `model` (the workload's own by default), least error per
+    unit of work first: each quantized alone to int8, scored by the gate's cosine loss plus its
+    out-of-tolerance fraction on the gate inputs, divided by its weight's size (the work int8 takes
+    over, per token; so a big LM head that costs little accuracy goes early and a small projection
+    whose int8 overhead outweighs its gain goes late). Cached per model file."""
     import onnx
     import onnxruntime as ort
 
     from claimbench.impl.tuner import gate
-    src = Path(workload.onnx_path)
+    src = Path(model or workload.onnx_path)
     cache = workdir / f"{src.stem}-sensitivity-{hashlib.sha1(src.read_bytes()).hexdigest()[:12]}.json"
     if cache.exists():
         return json.loads(cache.read_text())
     reference, _ = workload.reference()
     model = onnx.load(str(src))
-    constants = {init.name for init in model.graph.initializer}
-    # MatMuls with a constant weight: the ones dynamic quantization turns into int8 kernels
-    names = [n.name for n in model.graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
+    sizes = {init.name: int(np.prod(init.dims)) for init in model.graph.initializer}
+    nodes = [model.graph.node[i] for i in weighted_matmuls(model)]
     scored = []
-    for name in names:
+    for name, size in ((n.name, sizes[n.input[1]]) for n in nodes):
         single = workdir / f"{src.stem}-only-{hashlib.sha1(name.encode()).hexdigest()[:8]}.onnx"
         _int8(src, single, only=[name])
         session = ort.InferenceSession(str(single), providers=["CPUExecutionProvider"])
         g = gate([session.run(None, f) for f in workload.gate_feeds()], reference, workload.gate_spec)
-        scored.append((1 - g.cosine + g.outside, name))
+        scored.append(((1 - g.cosine + g.outside) / size, name))
         single.unlink()
     ranking = [name for _, name in sorted(scored)]
     cache.write_text(json.dumps(ranking))

@@ -4,8 +4,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from claimbench.baselines.engine_build import OrtBackend, TensorRTBackend, sensitivity_ranking
-from claimbench.impl.tuner import GateSpec, default_route
+from claimbench.baselines.engine_build import OrtBackend, TensorRTBackend, sensitivity_ranking, smoothed
+from claimbench.datasets.onnx_workloads import Workload
+from claimbench.impl.tuner import GateSpec, default_route, gate
 
 
 class ChainWorkload:
@@ -57,6 +58,44 @@ def test_placement_quantizes_the_least_sensitive_matmuls(tmp_path):
     assert fp32 == {"mm1", "mm2"}  # only the least sensitive MatMul went to int8
     out = backend.run(engine, workload.timing_feeds())[0]
     assert out.shape == (8, 32) and np.isfinite(out).all()
+
+
+def test_smoothing_is_an_equivalent_transform_and_helps_int8(tmp_path):
+    workload = ChainWorkload(tmp_path / "chain.onnx")
+    (reference, _), path = workload.reference(), smoothed(workload, tmp_path)
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    model = onnx.load(str(path))
+    assert sum(n.op_type == "Mul" for n in model.graph.node) == 3  # one per weighted MatMul
+    for feeds, ref in zip(workload.gate_feeds(), reference):
+        np.testing.assert_allclose(session.run(None, feeds)[0], ref[0], rtol=1e-4, atol=1e-3)
+    backend, results = OrtBackend(), {}
+    for mode in ("int8-dynamic", "int8-smoothquant"):
+        engine = backend.build(workload, {**default_route(backend.knobs(workload)), "quantization": mode}, tmp_path)
+        results[mode] = gate([backend.run(engine, f) for f in workload.gate_feeds()], reference, workload.gate_spec)
+    assert results["int8-smoothquant"].mean_abs < results["int8-dynamic"].mean_abs  # the outlier column is tamed
+
+
+def test_static_quantization_calibrates_on_the_gate_inputs(tmp_path):
+    workload = ChainWorkload(tmp_path / "chain.onnx")
+    backend = OrtBackend()
+    engine = backend.build(workload, {**default_route(backend.knobs(workload)), "quantization": "int8-static"}, tmp_path)
+    quantized = onnx.load(next(tmp_path.glob("chain-int8-static-*.onnx")))
+    assert any(n.op_type == "QuantizeLinear" for n in quantized.graph.node)
+    out = backend.run(engine, workload.timing_feeds())[0]
+    assert out.shape == (8, 32) and np.isfinite(out).all()
+
+
+def test_perplexity_check_fails_a_change_either_way():
+    rng = np.random.default_rng(0)
+    labels = [rng.integers(0, 50, 64)]
+    reference = [[rng.standard_normal((1, 64, 50)).astype(np.float32)]]
+    workload = Workload("lm", "", {}, GateSpec(), "perplexity", 1.02, labels=labels)
+    assert workload.held_out_check(reference, reference) == (1.0, True)
+    sharper = reference[0][0].copy()
+    sharper[0, np.arange(63), labels[0][1:]] += 3.0  # the true next tokens get likelier: perplexity drops
+    ratio, passed = workload.held_out_check([[sharper]], reference)
+    assert ratio < 0.98 and not passed
 
 
 def test_backends_say_whether_their_package_imports():
