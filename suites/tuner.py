@@ -6,7 +6,10 @@ one process after the search), the gate numbers of the winner and its held-out r
 is not installable here: the TensorRT claim is not testable.
 Each workload's search runs in `mixed` mode within a stated time budget; every route is built and
 timed in its own child process.
-CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget.
+Olive's search (the second baseline): its joint search over ONNX quantization and ORT session
+parameters within a stated budget, its candidates then gated and re-timed interleaved with the
+default by the same tuner machinery (baselines/olive_search.py).
+CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget; Olive on one workload.
 """
 import hashlib
 import os
@@ -24,6 +27,8 @@ QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
 MODE = "fast" if QUICK else "mixed"
 BUDGET_S = 120 if QUICK else 600  # per workload
+OLIVE_WORKLOADS = ["cnn-small"] if QUICK else list(W.WORKLOADS)
+OLIVE_BUDGET_S = 30 if QUICK else 180  # Olive's own search per workload; gating its candidates (BUDGET_S) comes on top
 
 
 def route_cache(name: str) -> Path:
@@ -96,3 +101,58 @@ class Tuned:
         point = self._point(r, workload)
         return point["gate_failed"] + point["crashed"]
     track_routes_rejected.unit = metrics.COUNT.unit
+
+
+def olive(name: str) -> dict:
+    try:
+        from claimbench.baselines import olive_search
+        workload = W.load(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            candidates = olive_search.search(workload, Path(tmp), OLIVE_BUDGET_S)
+            result = Tuner(olive_search.OliveCandidates(candidates), workload, mode="fast", budget_s=BUDGET_S,
+                           repeats=5 if QUICK else 20, workdir=Path(tmp)).run(progress=lambda m: print(m, flush=True))
+    except Exception as e:  # noqa: BLE001 - one workload failing must not lose the others
+        return {"error": f"{type(e).__name__}: {e}"}
+    winner, interleaved = result["winner"], result["interleaved"]
+    chosen = candidates[winner.route["olive_candidate"]] if winner and winner.route["olive_candidate"] >= 0 else None
+    print(f"{name}: Olive evaluated {len(candidates)} models; winner after our gate: "
+          f"{chosen['olive_pass'] if chosen else 'the default build'}", flush=True)
+    return {"speedup": interleaved[0] / interleaved[1] if interleaved else None,
+            "latency": interleaved[1] if interleaved else None, "candidates": len(candidates),
+            "passed": sum(r.passed for r in result["tried"] if r.route["olive_candidate"] >= 0)}
+
+
+class OliveSearch:
+    """Olive's best candidate that passes our gate vs the default build (the default itself when
+    none passes and beats it: speedup 1.0)."""
+    params = (OLIVE_WORKLOADS,)
+    param_names = ["workload"]
+    timeout = 7200
+
+    def setup_cache(self):
+        import importlib.util
+        if importlib.util.find_spec("olive") is None:
+            raise NotImplementedError("olive-ai is not installed")
+        return {name: olive(name) for name in OLIVE_WORKLOADS}
+
+    def _point(self, r, workload):
+        point = r[workload]
+        if "error" in point:
+            raise RuntimeError(f"{workload}: {point['error']}")
+        return point
+
+    def track_olive_speedup_over_default(self, r, workload):
+        return self._point(r, workload)["speedup"]
+    track_olive_speedup_over_default.unit = metrics.SPEEDUP.unit
+
+    def track_olive_latency(self, r, workload):
+        return self._point(r, workload)["latency"]
+    track_olive_latency.unit = metrics.SECONDS.unit
+
+    def track_olive_candidates(self, r, workload):
+        return self._point(r, workload)["candidates"]
+    track_olive_candidates.unit = metrics.COUNT.unit
+
+    def track_olive_candidates_passing_gate(self, r, workload):
+        return self._point(r, workload)["passed"]
+    track_olive_candidates_passing_gate.unit = metrics.COUNT.unit

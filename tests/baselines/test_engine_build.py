@@ -39,6 +39,10 @@ class ChainWorkload:
     def held_out_feeds(self):
         return self.feeds[2:]
 
+    def held_out_check(self, outputs, reference):
+        agree = float(np.mean([np.mean(o[0].argmax(-1) == r[0].argmax(-1)) for o, r in zip(outputs, reference)]))
+        return agree, agree >= 0.9
+
     def reference(self):
         import onnxruntime as ort
         s = ort.InferenceSession(self.onnx_path, providers=["CPUExecutionProvider"])
