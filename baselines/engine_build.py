@@ -5,12 +5,13 @@ optimizations, its own thread count, sequential execution, no quantization), i.e
 route of OrtBackend's knobs.
 ORT knobs: graph optimization level; individually disabled optimizers; int8 dynamic quantization
 of MatMul weights, placed three ways: everywhere, excluding the MatMuls whose weights have the worst
-outlier ratio max|w|/std, or only on the least sensitive share of MatMuls (each MatMul quantized
-alone, ranked by the error it causes on the gate inputs: the paper's quantization placement,
-reconstructed), each placement also after SmoothQuant smoothing (Xiao et al., ICML 2023: per input
-channel, activation range moved into the weight, alpha 0.5, calibrated on the gate inputs);
-int8 static quantization (QDQ, calibrated on the gate inputs) of Conv/MatMul/Gemm or of Convs only;
-4-bit MatMulNBits weights; intra-op threads; thread spinning; execution mode; memory-pattern planning.
+outlier ratio max|w|/std, or only on a share of MatMuls ranked by least error per unit of work
+(each MatMul quantized alone, its error on the gate inputs divided by its weight's size: the
+paper's quantization placement, reconstructed), each placement also after SmoothQuant smoothing
+(Xiao et al., ICML 2023: per input channel, activation range moved into the weight, alpha 0.5,
+calibrated on the gate inputs); int8 static quantization (QDQ, calibrated on the gate inputs) of
+Conv/MatMul/Gemm or of Convs only; 4-bit MatMulNBits weights; intra-op threads; thread spinning;
+execution mode; memory-pattern planning.
 """
 from __future__ import annotations
 
