@@ -4,12 +4,14 @@ One 4K (and, in full mode, 8K) prefill per sample is shared by every method (a c
 cache each); the methods act at decode through the model's attention hook, with the same budget
 split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the same PQ proxy.
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
-q/k/v for all), task accuracy on every long-context task, and the claim numbers: SSA's accuracy
-minus the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
+q/k/v for all), task accuracy on every long-context task, perplexity of license text decoded
+teacher-forced after a prefix of the context length, and the claim numbers: SSA's accuracy minus
+the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
 proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys (full mode).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per task. CLAIMBENCH_QUICK=1: 4K only,
 one sample per task, 50x only.
 """
+import math
 import os
 
 import torch
@@ -33,6 +35,7 @@ QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 LENGTHS = [4096] if QUICK else [4096, 8192]
 SPARSITIES = [50] if QUICK else [50, 20, 10]
 SAMPLES = 1 if QUICK else 2
+PERPLEXITY_TOKENS = 32  # decoded teacher-forced with each method after the shared prefill
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head.
@@ -104,9 +107,34 @@ def evaluate(length: int, make, samples: int) -> dict:
                             out.append(token)
                     scores[name, task].append(LC.score(sample, tok.decode(out)))
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
-              "error": {k: sum(v) / len(v) for k, v in errors.items()}}
+              "error": {k: sum(v) / len(v) for k, v in errors.items()},
+              "perplexity": perplexity(model, tok, length, make)}
     result["mean"] = {name: sum(result["accuracy"][name, t] for t in LC.TASKS) / len(LC.TASKS) for name in names}
     return result
+
+
+def perplexity(model, tok, length: int, make) -> dict:
+    """Per method: perplexity of the PERPLEXITY_TOKENS tokens of license text that follow a prefix of
+    `length` tokens, decoded one at a time (teacher-forced) with the method at every step; one
+    prefill of the prefix shared by all methods."""
+    ids = tok.encode(LC.perplexity_text(8 * (length + PERPLEXITY_TOKENS))).ids
+    if len(ids) < length + PERPLEXITY_TOKENS:
+        raise ValueError(f"license texts give {len(ids)} tokens; perplexity at {length} needs "
+                         f"{length + PERPLEXITY_TOKENS}")
+    prefix, target = ids[:length], ids[length:length + PERPLEXITY_TOKENS]
+    out = {}
+    with torch.inference_mode():
+        base = model.new_cache(capacity=length + PERPLEXITY_TOKENS + 1)
+        model(torch.tensor([prefix[:-1]]), base, last_only=True)
+        for name, method in make().items():
+            cache, token, nll = base.clone(), prefix[-1], 0.0
+            with model.attention_method(method):
+                for nxt in target:
+                    logits = model(torch.tensor([[token]]), cache)[0, -1].float()
+                    nll += float(torch.logsumexp(logits, -1) - logits[nxt])
+                    token = nxt
+            out[name] = math.exp(nll / len(target))
+    return out
 
 
 def run(length: int, sparsity: float) -> dict:
@@ -140,6 +168,10 @@ class Sparse:
     def track_attention_relative_error(self, r, context, sparsity, method):
         return self._point(r, context, sparsity)["error"][method]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit
+
+    def track_perplexity(self, r, context, sparsity, method):
+        return self._point(r, context, sparsity)["perplexity"][method]
+    track_perplexity.unit = metrics.PERPLEXITY.unit
 
     def _claim(self, r, context, sparsity, method, key):
         if method != "ssa" or sparsity != "50":
@@ -187,3 +219,7 @@ class ProxySweep:
     def track_attention_relative_error(self, r, proxy, method):
         return self._full(r)["error"][f"{method}/{proxy}"]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit
+
+    def track_perplexity(self, r, proxy, method):
+        return self._full(r)["perplexity"][f"{method}/{proxy}"]
+    track_perplexity.unit = metrics.PERPLEXITY.unit
