@@ -1,10 +1,12 @@
 """Olive's search (microsoft/Olive, `olive-ai`) as the tuner's second baseline (PAPERS.md A5 asks
 to compare with it where feasible).
 
-Olive searches its own passes jointly (random sampler, a stated time budget): ONNX quantization
-(dynamic or static, over its own space of activation/weight types, calibration methods and formats;
-static calibration on the gate inputs) followed by ORT session-parameter tuning, with average
-latency on the timing input as its objective. Every model it evaluated (read from its footprint)
+Olive runs two workflows, each within a stated time budget, with average latency on the timing
+input as the objective: ORT session-parameter tuning of the fp32 model, and a joint random search
+over ONNX quantization (dynamic or static, over its own space of activation/weight types,
+calibration methods and formats; static calibration on the gate inputs) followed by session tuning
+(Olive's search always applies every configured pass, so without the first workflow each candidate
+would be quantized). Every model it evaluated (read from its footprint)
 is then judged by our tuner exactly as it judges its own routes (`OliveCandidates`: one knob whose
 values are Olive's candidates; each built and timed in a child, gated with the tensor gate and the
 held-out check, the fastest passing ones re-timed interleaved with the default build), so the two
@@ -25,6 +27,7 @@ os.environ.setdefault("OLIVE_DISABLE_TELEMETRY", "1")  # no phoning home from a 
 
 from olive.data.registry import Registry  # noqa: E402
 
+from claimbench.baselines.engine_build import QUIET_BETWEEN_RUNS  # noqa: E402
 from claimbench.impl.tuner import Backend, Knob  # noqa: E402
 
 THIS = str(Path(__file__).resolve())
@@ -39,8 +42,9 @@ def claimbench_workload_inputs(name: str, split: str = "gate"):
     return [(f, 0) for f in feeds]
 
 
-def workflow(workload, workdir: Path, budget_s: int) -> dict:
-    """Olive's run config: joint random search over quantization and session parameters."""
+def workflow(workload, workdir: Path, budget_s: int, quantize: bool) -> dict:
+    """Olive's run config: joint random search over quantization (when `quantize`) and session
+    parameters."""
     def name(split):  # Olive allows letters, digits and underscores in data config names
         return f"{workload.name}_{split}".replace("-", "_")
 
@@ -57,7 +61,7 @@ def workflow(workload, workdir: Path, budget_s: int) -> dict:
         "evaluators": {"latency": {"type": "OnnxEvaluator", "metrics": [
             {"name": "latency", "type": "latency", "data_config": name("timing"),
              "sub_types": [{"name": "avg", "priority": 1}]}]}},
-        "passes": {"quantize": {"type": "OnnxQuantization", "data_config": name("gate")},
+        "passes": {**({"quantize": {"type": "OnnxQuantization", "data_config": name("gate")}} if quantize else {}),
                    "session": {"type": "OrtSessionParamsTuning", "data_config": name("timing")}},
         "search_strategy": {"execution_order": "joint", "sampler": "random", "max_time": budget_s},
         "evaluator": "latency", "host": "local", "target": "local",
@@ -67,22 +71,25 @@ def workflow(workload, workdir: Path, budget_s: int) -> dict:
 
 
 def search(workload, workdir: Path, budget_s: int) -> list[dict]:
-    """Every model Olive evaluated, fastest first by its latency, read from its footprint:
-    [{"model_path", "inference_settings", "olive_latency_ms", "olive_pass"}]."""
+    """Every model Olive evaluated in two workflows (session parameters on the fp32 model; quantization
+    then session parameters), each within `budget_s`, fastest first by Olive's latency, read from its
+    footprints: [{"model_path", "inference_settings", "olive_latency_ms", "quantized"}]."""
     from olive.workflows import run as olive_run
-    olive_run(workflow(workload, Path(workdir), budget_s))
-    nodes = json.loads((Path(workdir) / "olive-output" / "footprint.json").read_text()).values()
-    evaluated = [n for n in nodes if n["parent_model_id"] and n.get("metrics") and n.get("model_config_data")]
-    evaluated.sort(key=lambda n: n["metrics"]["value"]["latency-avg"]["value"])
-    return [{"model_path": n["model_config_data"]["config"]["model_path"],
-             "inference_settings": n["model_config_data"]["config"].get("inference_settings") or {},
-             "olive_latency_ms": n["metrics"]["value"]["latency-avg"]["value"], "olive_pass": n["from_pass"]}
-            for n in evaluated]
+    candidates = []
+    for quantize in (False, True):
+        out = Path(workdir) / ("int8" if quantize else "fp32")
+        olive_run(workflow(workload, out, budget_s, quantize))
+        nodes = json.loads((out / "olive-output" / "footprint.json").read_text()).values()
+        candidates += [{"model_path": n["model_config_data"]["config"]["model_path"],
+                        "inference_settings": n["model_config_data"]["config"].get("inference_settings") or {},
+                        "olive_latency_ms": n["metrics"]["value"]["latency-avg"]["value"], "quantized": quantize}
+                       for n in nodes if n["parent_model_id"] and n.get("metrics") and n.get("model_config_data")]
+    return sorted(candidates, key=lambda c: (c["quantized"], c["olive_latency_ms"]))
 
 
 class OliveCandidates(Backend):
     """Olive's candidates as the values of one knob; -1, the default, is the input model under ORT's
-    defaults (the default build), so the tuner's fast mode gates every candidate and re-times the
+    defaults (the default build); every session quiet between runs as OrtBackend's, so the tuner's fast mode gates every candidate and re-times the
     fastest passing ones interleaved with the default."""
     name = "olive"
     module = "olive"
@@ -98,10 +105,16 @@ class OliveCandidates(Backend):
         from olive.common.ort_inference import get_ort_inference_session
         index = route["olive_candidate"]
         if index < 0:
-            return ort.InferenceSession(workload.onnx_path, providers=["CPUExecutionProvider"])
+            options = ort.SessionOptions()
+            for key, value in QUIET_BETWEEN_RUNS.items():
+                options.add_session_config_entry(key, value)
+            return ort.InferenceSession(workload.onnx_path, options, providers=["CPUExecutionProvider"])
         candidate = self.candidates[index]
         settings = {"execution_provider": ["CPUExecutionProvider"], **candidate["inference_settings"]}
-        return get_ort_inference_session(candidate["model_path"], "cpu", settings)
+        session_options = dict(settings.get("session_options") or {})
+        session_options["extra_session_config"] = {**(session_options.get("extra_session_config") or {}),
+                                                   **QUIET_BETWEEN_RUNS}
+        return get_ort_inference_session(candidate["model_path"], "cpu", {**settings, "session_options": session_options})
 
     def run(self, engine, feeds: dict) -> list:
         return engine.run(None, feeds)
