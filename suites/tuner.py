@@ -42,6 +42,14 @@ def route_cache(name: str) -> Path:
     return path
 
 
+def workload_result(r: dict, workload: str) -> dict:
+    """One workload's entry of a setup_cache result; a workload that failed raises its error."""
+    point = r[workload]
+    if "error" in point:
+        raise RuntimeError(f"{workload}: {point['error']}")
+    return point
+
+
 def tune(name: str) -> dict:
     try:
         workload = W.load(name)
@@ -69,37 +77,31 @@ class Tuned:
     def setup_cache(self):
         return {name: tune(name) for name in WORKLOADS}
 
-    def _point(self, r, workload):
-        point = r[workload]
-        if "error" in point:
-            raise RuntimeError(f"{workload}: {point['error']}")
-        return point
-
     def track_default_latency(self, r, workload):
-        return self._point(r, workload)["default"]
+        return workload_result(r, workload)["default"]
     track_default_latency.unit = metrics.SECONDS.unit
 
     def track_tuned_latency(self, r, workload):
-        return self._point(r, workload)["winner"]
+        return workload_result(r, workload)["winner"]
     track_tuned_latency.unit = metrics.SECONDS.unit
 
     def track_speedup_over_default(self, r, workload):
-        point = self._point(r, workload)
+        point = workload_result(r, workload)
         if point["winner"] is None or not point["default_passed"]:
             raise AssertionError(f"{workload}: no route passed the gate and the held-out check")
         return point["default"] / point["winner"]
     track_speedup_over_default.unit = metrics.SPEEDUP.unit
 
     def track_winner_cosine(self, r, workload):
-        return self._point(r, workload)["gate"]["cosine"]
+        return workload_result(r, workload)["gate"]["cosine"]
     track_winner_cosine.unit = metrics.COSINE.unit
 
     def track_winner_held_out(self, r, workload):
-        return self._point(r, workload)["held_out"]
+        return workload_result(r, workload)["held_out"]
     track_winner_held_out.unit = metrics.HELD_OUT.unit
 
     def track_routes_rejected(self, r, workload):
-        point = self._point(r, workload)
+        point = workload_result(r, workload)
         return point["gate_failed"] + point["crashed"]
     track_routes_rejected.unit = metrics.COUNT.unit
 
@@ -137,24 +139,18 @@ class OliveSearch:
             raise NotImplementedError("olive-ai is not installed")
         return {name: olive(name) for name in OLIVE_WORKLOADS}
 
-    def _point(self, r, workload):
-        point = r[workload]
-        if "error" in point:
-            raise RuntimeError(f"{workload}: {point['error']}")
-        return point
-
     def track_olive_speedup_over_default(self, r, workload):
-        return self._point(r, workload)["speedup"]
+        return workload_result(r, workload)["speedup"]
     track_olive_speedup_over_default.unit = metrics.SPEEDUP.unit
 
     def track_olive_latency(self, r, workload):
-        return self._point(r, workload)["latency"]
+        return workload_result(r, workload)["latency"]
     track_olive_latency.unit = metrics.SECONDS.unit
 
     def track_olive_candidates(self, r, workload):
-        return self._point(r, workload)["candidates"]
+        return workload_result(r, workload)["candidates"]
     track_olive_candidates.unit = metrics.COUNT.unit
 
     def track_olive_candidates_passing_gate(self, r, workload):
-        return self._point(r, workload)["passed"]
+        return workload_result(r, workload)["passed"]
     track_olive_candidates_passing_gate.unit = metrics.COUNT.unit
