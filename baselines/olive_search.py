@@ -27,8 +27,8 @@ os.environ.setdefault("OLIVE_DISABLE_TELEMETRY", "1")  # no phoning home from a 
 
 from olive.data.registry import Registry  # noqa: E402
 
-from claimbench.baselines.engine_build import QUIET_BETWEEN_RUNS  # noqa: E402
-from claimbench.impl.tuner import Backend, Knob  # noqa: E402
+from claimbench.baselines.engine_build import QUIET_BETWEEN_RUNS, OrtBackend  # noqa: E402
+from claimbench.impl.tuner import Backend, Knob, default_route  # noqa: E402
 
 THIS = str(Path(__file__).resolve())
 
@@ -72,8 +72,9 @@ def workflow(workload, workdir: Path, budget_s: int, quantize: bool) -> dict:
 
 def search(workload, workdir: Path, budget_s: int) -> list[dict]:
     """Every model Olive evaluated in two workflows (session parameters on the fp32 model; quantization
-    then session parameters), each within `budget_s`, fastest first by Olive's latency, read from its
-    footprints: [{"model_path", "inference_settings", "olive_latency_ms", "quantized"}]."""
+    then session parameters), each within `budget_s`, read from its footprints: the fp32 workflow's
+    few first, then the quantized ones fastest first by Olive's latency (so a gating budget reaches
+    both): [{"model_path", "inference_settings", "olive_latency_ms", "quantized"}]."""
     from olive.workflows import run as olive_run
     candidates = []
     for quantize in (False, True):
@@ -88,9 +89,9 @@ def search(workload, workdir: Path, budget_s: int) -> list[dict]:
 
 
 class OliveCandidates(Backend):
-    """Olive's candidates as the values of one knob; -1, the default, is the input model under ORT's
-    defaults (the default build); every session quiet between runs as OrtBackend's, so the tuner's fast mode gates every candidate and re-times the
-    fastest passing ones interleaved with the default."""
+    """Olive's candidates as the values of one knob; -1, the default, is OrtBackend's default build, so
+    the tuner's fast mode gates every candidate and re-times the fastest passing ones interleaved with
+    the default. Every session is quiet between runs, as OrtBackend's are."""
     name = "olive"
     module = "olive"
 
@@ -101,14 +102,11 @@ class OliveCandidates(Backend):
         return [Knob("olive_candidate", tuple(range(-1, len(self.candidates))), -1)]
 
     def build(self, workload, route: dict, workdir: Path):
-        import onnxruntime as ort
         from olive.common.ort_inference import get_ort_inference_session
         index = route["olive_candidate"]
         if index < 0:
-            options = ort.SessionOptions()
-            for key, value in QUIET_BETWEEN_RUNS.items():
-                options.add_session_config_entry(key, value)
-            return ort.InferenceSession(workload.onnx_path, options, providers=["CPUExecutionProvider"])
+            default = OrtBackend()
+            return default.build(workload, default_route(default.knobs(workload)), workdir)
         candidate = self.candidates[index]
         settings = {"execution_provider": ["CPUExecutionProvider"], **candidate["inference_settings"]}
         session_options = dict(settings.get("session_options") or {})
