@@ -74,8 +74,8 @@ def proxy_methods(sparsity: float) -> dict:
 
 
 def evaluate(length: int, make, samples: int) -> dict:
-    """Accuracy per (method, task), mean accuracy and attention error per method, for the methods
-    make() returns (fresh ones per sample), sharing one prefill per sample."""
+    """Accuracy per (method, task), mean accuracy, attention error and perplexity per method, for
+    the methods make() returns (fresh ones per sample), sharing one prefill per sample."""
     from claimbench import smollm
     torch.set_num_threads(os.cpu_count() or 1)
     model, tok, eos = smollm.load()

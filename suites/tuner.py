@@ -6,9 +6,10 @@ one process after the search), the gate numbers of the winner and its held-out r
 is not installable here: the TensorRT claim is not testable.
 Each workload's search runs in `mixed` mode within a stated time budget; every route is built and
 timed in its own child process.
-Olive's search (the second baseline): its joint search over ONNX quantization and ORT session
-parameters within a stated budget, its candidates then gated and re-timed interleaved with the
-default by the same tuner machinery (baselines/olive_search.py).
+Olive's search (the second baseline): two Olive workflows per workload within a stated budget
+(session tuning of the fp32 model; its joint search over ONNX quantization then session tuning),
+every model it evaluated then gated and re-timed interleaved with the default by the same tuner
+machinery (baselines/olive_search.py).
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget; Olive on one workload.
 """
 import hashlib
