@@ -7,9 +7,9 @@ Every route is built and timed in a child process, so a crash or hang is recorde
 tried routes go to a JSONL cache, so a run resumes. The fastest passing routes (finalists) are
 re-timed interleaved with the default in one child (a backend's engines must then not disturb one
 another while idle); the winner is the fastest there (the default itself when nothing beats it)
-and that timing gives the reported ratio. The gate: per output tensor against the unoptimized fp32 reference (fraction of elements outside
-atol + rtol |ref|, max abs, mean abs, cosine), plus a held-out task check on inputs the gate
-never saw. Reconstructed from the digest: knob sets, thresholds and the held-out checks are ours.
+and that timing gives the reported ratio. The gate: per output tensor against the unoptimized fp32
+reference (fraction of elements outside atol + rtol |ref|, max abs, mean abs, cosine), plus a
+held-out task check on inputs the gate never saw. Reconstructed from the digest: knob sets, thresholds and the held-out checks are ours.
 """
 from __future__ import annotations
 
