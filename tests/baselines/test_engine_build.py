@@ -4,7 +4,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from claimbench.baselines.engine_build import OrtBackend, TensorRTBackend, sensitivity_ranking, smoothed
+from claimbench.baselines.engine_build import (OrtBackend, TensorRTBackend, quantizable, sensitivity_ranking, smoothed,
+                                              weighted_matmuls)
 from claimbench.datasets.onnx_workloads import Workload
 from claimbench.impl.tuner import GateSpec, default_route, gate
 
@@ -88,6 +89,33 @@ def test_static_quantization_calibrates_on_the_gate_inputs(tmp_path):
     assert any(n.op_type == "QuantizeLinear" for n in quantized.graph.node)
     out = backend.run(engine, workload.timing_feeds())[0]
     assert out.shape == (8, 32) and np.isfinite(out).all()
+
+
+def test_quantizable_graph_exposes_shared_and_gemm_weights_to_int8(tmp_path):
+    rng = np.random.default_rng(1)
+    w, b, bias = (rng.standard_normal(s).astype(np.float32) for s in ((16, 16), (8, 16), (8,)))
+    nodes = [helper.make_node("Identity", ["w"], ["w_copy"], name="dedup"),  # the exporter's dedup of equal weights
+             helper.make_node("MatMul", ["x", "w"], ["h0"], name="mm0"),
+             helper.make_node("MatMul", ["h0", "w_copy"], ["h1"], name="mm1"),
+             helper.make_node("Gemm", ["h1", "b", "bias"], ["y"], name="head", transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+                              [numpy_helper.from_array(v, k) for k, v in (("w", w), ("b", b), ("bias", bias))])
+    workload = ChainWorkload(tmp_path / "chain.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), workload.onnx_path)
+    workload.feeds = [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(3)]
+    assert len(weighted_matmuls(onnx.load(workload.onnx_path))) == 1
+    path = quantizable(workload, tmp_path)
+    model = onnx.load(str(path))
+    assert len(weighted_matmuls(model)) == 3 and {n.op_type for n in model.graph.node} == {"MatMul", "Add"}
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feeds, ref in zip(workload.gate_feeds(), workload.reference()[0]):
+        np.testing.assert_allclose(session.run(None, feeds)[0], ref[0], rtol=1e-5, atol=1e-4)
+    backend = OrtBackend()
+    backend.build(workload, {**default_route(backend.knobs(workload)), "quantization": "int8-dynamic"}, tmp_path)
+    quantized = onnx.load(next(tmp_path.glob("chain-int8-dynamic-*.onnx")))
+    assert sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in quantized.graph.node) == 3
 
 
 def test_perplexity_check_fails_a_change_either_way():
