@@ -93,9 +93,12 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         reason = f"{'better' if better else 'no better'} than the baseline ({claim.neutral:g})"
     else:
         slack = claim.tolerance * abs(target - claim.neutral)  # slack on the claimed gain, not the raw value
-        reached = value >= target - slack if claim.direction == "higher" else value <= target + slack
-        verdict = REPRODUCED if reached else PARTLY if better else NOT_REPRODUCED
+        def reaches(v):
+            return v >= target - slack if claim.direction == "higher" else v <= target + slack
+        verdict = REPRODUCED if reaches(value) else PARTLY if better else NOT_REPRODUCED
         reason = f"{claim.fold} over {len(passing)} combination(s) = {value:.4g} {claim.unit} vs claimed {claim.claimed_text}"
+        if len(passing) > 1:
+            reason += f"; {sum(map(reaches, passing))} of {len(passing)} reach it"
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail)

@@ -29,6 +29,7 @@ def test_fold_over_parameters_uses_the_claims_aggregate():
     measured = {P(d="a"): 0.5, P(d="b"): 3.0}
     assert V.judge(claim(), measured).measured == 3.0
     assert V.judge(claim(aggregate="min"), measured).verdict == V.NOT_REPRODUCED
+    assert V.judge(claim(aggregate="min"), measured).reason.endswith("; 1 of 2 reach it")
 
 
 def test_lower_is_better_claims():
