@@ -62,6 +62,16 @@ TRADEOFFS = {
                    gated={"Lychee": ("lychee.Sweep.track_identical_rate", 1.0)}),
 }
 
+# Parameter sweeps per suite: each metric over an ordered parameter (x), one line per series value.
+SWEEPS = {
+    "ssa": dict(title="SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits per head, "
+                      "then the exact keys)",
+                prefix="ssa.ProxySweep.", x="proxy", x_order=["pq-2x6", "pq-4x8", "pq-8x8", "exact"], series="method",
+                metrics={"track_share_of_dense": "task accuracy, % of dense",
+                         "track_attention_relative_error": "attention-output relative error",
+                         "track_perplexity": "perplexity"}),
+}
+
 
 def db_version() -> tuple:
     """Changes whenever the store's files change: the cache key of every query."""
@@ -215,6 +225,17 @@ def tradeoff(version, suite: str) -> pd.DataFrame:
                              quality=quality.get(key), speed=value,
                              gate="none" if gate is None else ("passed" if gate.get(key, False) else "failed")))
     return pd.DataFrame(rows, columns=["machine", "group", "point", "method", "quality", "speed", "gate"])
+
+
+@st.cache_data(show_spinner=False)
+def sweep(version, suite: str) -> pd.DataFrame:
+    """(machine, x, series, metric, value) of a suite's sweep, newest commit per machine."""
+    spec = SWEEPS[suite]
+    df = latest_per_machine(results(version, spec["prefix"]))
+    rows = [dict(machine=r["machine"], x=r[spec["x"]], series=r[spec["series"]], metric=label, value=r["value"])
+            for name, label in spec["metrics"].items()
+            for _, r in df[df["benchmark"] == spec["prefix"] + name].iterrows() if pd.notna(r["value"])]
+    return pd.DataFrame(rows, columns=["machine", "x", "series", "metric", "value"])
 
 
 def pareto(df: pd.DataFrame) -> pd.Series:

@@ -47,6 +47,20 @@ if paper["suite"] in queries.TRADEOFFS:
         )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
         st.altair_chart(chart)
 
+if paper["suite"] in queries.SWEEPS:
+    spec = queries.SWEEPS[paper["suite"]]
+    points = queries.sweep(version, paper["suite"])
+    if not points.empty:
+        st.subheader("Sweep")
+        st.caption(spec["title"])
+        chart = alt.Chart(points).mark_line(point=True).encode(
+            x=alt.X("x:N", title=spec["x"], sort=spec["x_order"]), y=alt.Y("value:Q", title=None),
+            color=alt.Color("series:N", title=spec["series"]), strokeDash="machine:N",
+            tooltip=["machine", "x", "series", "metric", "value"],
+        ).properties(width=260, height=220).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(
+            y="independent")
+        st.altair_chart(chart)
+
 board_task = paper["task"] if paper["task"] in queries.BOARDS else None
 if paper["suite"] not in queries.TRADEOFFS and board_task:
     spec = queries.BOARDS[board_task]

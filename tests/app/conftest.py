@@ -44,6 +44,11 @@ def lychee_run(results, machine, i, speedups, identical, machine_info=None):
                                                  [2.0, 1.5], "USD"),
         "agent_cache.Claim.track_recent_accuracy_vs_full": (["provider"], [["anthropic"]], [1.0], "accuracy ratio"),
     })
+    proxies = (["proxy", "method"], [["pq-2x6", "exact"], ["ssa", "top-k"]])
+    benches.update({
+        "ssa.ProxySweep.track_share_of_dense": (*proxies, [33.0, 33.0, 100.0, 130.0], "%"),
+        "ssa.ProxySweep.track_attention_relative_error": (*proxies, [0.34, 0.29, 0.13, 0.18], "relative error"),
+    })
     asvfiles.write_run(results, machine, f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000, benches)
     if machine_info:
         (results / machine / environment.SIDECAR).write_text(json.dumps(machine_info))

@@ -96,6 +96,15 @@ def test_paper_page_compares_methods_through_the_task_board(use_db):
     assert len(at.get("vega_lite_chart")) == 1  # the task board (the fixture has no ugds claim history)
 
 
+def test_paper_page_draws_the_suites_sweep(use_db):
+    at = run("paper", paper="ssa")
+    assert "Sweep" in [s.value for s in at.subheader]
+    assert len(at.get("vega_lite_chart")) == 1
+    sweep = queries.sweep(queries.db_version(), "ssa")
+    exact = sweep[(sweep["machine"] == "cpu-box") & (sweep["x"] == "exact")]
+    assert set(exact["metric"]) == {"task accuracy, % of dense", "attention-output relative error"}
+
+
 def test_alerts_page_lists_the_regression_and_gate(use_db):
     df = frames(run("alerts"))[0]
     assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
