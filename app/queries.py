@@ -65,8 +65,9 @@ TRADEOFFS = {
 # Parameter sweeps per suite: each metric over an ordered parameter (x), one line per series value.
 SWEEPS = {
     "ssa": dict(title="SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits per head, "
-                      "then the exact keys)",
-                prefix="ssa.ProxySweep.", x="proxy", x_order=["pq-2x6", "pq-4x8", "pq-8x8", "exact"], series="method",
+                      "low-rank keys, then the exact keys)",
+                prefix="ssa.ProxySweep.", x="proxy", series="method",
+                x_order=["pq-2x6", "pq-4x8", "pq-8x8", "lowrank-4", "lowrank-16", "exact"],
                 metrics={"track_share_of_dense": "task accuracy, % of dense",
                          "track_attention_relative_error": "attention-output relative error",
                          "track_perplexity": "perplexity"}),

@@ -14,7 +14,8 @@ Methods: Dense, OracleTopK (exact scores), PQCache (top-k by product-quantizatio
 PQCache's defaults of 2 sub-vectors x 6 bits per head; its default sink/recent sizes of 32/32
 are replaced by the shared split), Quest (pages of 16 tokens ranked by the per-channel min/max
 upper bound), ImportanceSampling (draws proportional to the proxy, Horvitz-Thompson weights,
-no certainty stratum: MagicPIG/vAttention-style).
+no certainty stratum: MagicPIG/vAttention-style). Proxies the methods share: PQProxy (PQCache's
+codes), LowRankProxy (Loki-style principal directions), ExactProxy (the limit).
 """
 from __future__ import annotations
 
@@ -140,6 +141,27 @@ class PQProxy:
             codes = self._books[layer][1] = torch.cat([codes, new], 1)
         recon = books.gather(1, codes[:, :n, None].expand(-1, -1, books.shape[-1]))
         return recon.view(hkv, self.subvectors, n, -1).transpose(1, 2).reshape(hkv, n, d)
+
+
+@dataclass
+class LowRankProxy:
+    """Keys projected on their top `rank` principal directions per (layer, KV head), the mean and
+    directions fitted on the keys present at the first decode step (the prefill) and applied to
+    later keys alike: `rank` numbers per key. Loki-style low-rank keys (Singhania et al., 2024),
+    reconstructed here as a proxy the methods share (Loki fits its PCA offline)."""
+    rank: int = 8
+    _bases: dict = field(default_factory=dict, repr=False)
+
+    def keys(self, layer: int, k: Tensor) -> Tensor:
+        """Reconstructed keys (Hkv, n, d): mean + the projection of k - mean on the directions."""
+        kk = k[0].float()  # (Hkv, n, d)
+        if layer not in self._bases:
+            mean = kk.mean(1, keepdim=True)
+            cov = (kk - mean).transpose(1, 2) @ (kk - mean)  # (Hkv, d, d)
+            directions = torch.linalg.eigh(cov.double()).eigenvectors[..., -self.rank:].float()  # largest last
+            self._bases[layer] = mean, directions
+        mean, directions = self._bases[layer]
+        return mean + (kk - mean) @ directions @ directions.transpose(1, 2)
 
 
 @dataclass

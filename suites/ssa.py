@@ -7,7 +7,8 @@ Measured: attention-output relative error vs dense per layer and head (one decod
 q/k/v for all), task accuracy on every long-context task, perplexity of license text decoded
 teacher-forced after a prefix of the context length, and the claim numbers: SSA's accuracy minus
 the strongest practical baseline's, and SSA's share of dense accuracy. ProxySweep: SSA and
-proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head and the exact keys (full mode).
+proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact
+keys (full mode).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per task. CLAIMBENCH_QUICK=1: 4K only,
 one sample per task, 50x only.
 """
@@ -23,6 +24,7 @@ from claimbench.baselines.sparse_attention import (
     Dense,
     ExactProxy,
     ImportanceSampling,
+    LowRankProxy,
     OracleTopK,
     PQCache,
     PQProxy,
@@ -38,9 +40,10 @@ SAMPLES = 1 if QUICK else 2
 PERPLEXITY_TOKENS = 32  # decoded teacher-forced with each method after the shared prefill
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
-# The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head.
+# The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head, then
+# low-rank keys (4 and 16 fp16 numbers per key: as many bytes as pq-8x8, and four times that).
 PROXIES = {"pq-2x6": lambda: PQProxy(2, 6), "pq-4x8": lambda: PQProxy(4, 8), "pq-8x8": lambda: PQProxy(8, 8),
-           "exact": ExactProxy}
+           "lowrank-4": lambda: LowRankProxy(4), "lowrank-16": lambda: LowRankProxy(16), "exact": ExactProxy}
 
 
 def make_methods(sparsity: float) -> dict:
@@ -188,7 +191,7 @@ class Sparse:
 
 
 class ProxySweep:
-    """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, then exact):
+    """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, low rank, exact):
     attention error and task accuracy. Full mode only."""
     params = (list(PROXIES), ["ssa", "top-k"])
     param_names = ["proxy", "method"]

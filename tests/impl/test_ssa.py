@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from claimbench.baselines.sparse_attention import (Dense, ExactProxy, ImportanceSampling, OracleTopK, PQCache,
-                                                    PQProxy, Quest, draw_with_replacement)
+from claimbench.baselines.sparse_attention import (Dense, ExactProxy, ImportanceSampling, LowRankProxy, OracleTopK,
+                                                    PQCache, PQProxy, Quest, draw_with_replacement)
 from claimbench.impl.ssa import SSA, ssa_select, water_fill
 from claimbench.model import Llama, LlamaConfig, dense_attention
 
@@ -105,5 +105,8 @@ def test_finer_pq_proxy_reconstructs_keys_better():
     errors = [float((proxy.keys(0, k) - k[0]).norm()) for proxy in (PQProxy(2, 6), PQProxy(8, 8))]
     assert errors[1] < errors[0]
     assert torch.equal(ExactProxy().keys(0, k), k[0])
+    low = [float((LowRankProxy(r).keys(0, k) - k[0]).norm()) for r in (8, 32)]
+    assert low[1] < low[0]
+    torch.testing.assert_close(LowRankProxy(64).keys(0, k), k[0], atol=1e-4, rtol=1e-4)  # full rank: exact
     assert torch.equal(PQCache(sparsity=50, proxy=ExactProxy()).attend(0, k[:, :, :1], k, k),
                        OracleTopK(sparsity=50).attend(0, k[:, :, :1], k, k))  # exact proxy top-k is the oracle
