@@ -165,12 +165,19 @@ def quantizable(workload, workdir: Path) -> Path:
                                                 name=f"{node.name}/Add"))
         else:
             ordered.append(node)
-    used = {name for node in ordered for name in node.input}
+    _save_rewritten(model, ordered, weights, out)
+    return out
+
+
+def _save_rewritten(model, nodes: list, weights: dict, out: Path) -> None:
+    """Save `model` with `nodes` as its graph and, as initializers, the `weights` those nodes use."""
+    import onnx
+    from onnx import numpy_helper
+    used = {name for node in nodes for name in node.input}
     del model.graph.node[:], model.graph.initializer[:]
-    model.graph.node.extend(ordered)
+    model.graph.node.extend(nodes)
     model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in weights.items() if k in used)
     onnx.save(model, str(out))
-    return out
 
 
 SMOOTHQUANT_ALPHA = 0.5  # the SmoothQuant paper's default migration strength
@@ -219,11 +226,7 @@ def smoothed(workload, workdir: Path, alpha: float = SMOOTHQUANT_ALPHA) -> Path:
                                             name=prefix))
             node.input[0], node.input[1] = f"{prefix}/input", f"{prefix}/weight"
         ordered.append(node)
-    used = {name for node in ordered for name in node.input}
-    del model.graph.node[:], model.graph.initializer[:]
-    model.graph.node.extend(ordered)
-    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in weights.items() if k in used)
-    onnx.save(model, str(out))
+    _save_rewritten(model, ordered, weights, out)
     return out
 
 
