@@ -6,11 +6,11 @@ input as the objective: ORT session-parameter tuning of the fp32 model, and a jo
 over ONNX quantization (dynamic or static, over its own space of activation/weight types,
 calibration methods and formats; static calibration on the gate inputs) followed by session tuning
 (Olive's search always applies every configured pass, so without the first workflow each candidate
-would be quantized). Every model it evaluated (read from its footprint)
-is then judged by our tuner exactly as it judges its own routes (`OliveCandidates`: one knob whose
-values are Olive's candidates; each built and timed in a child, gated with the tensor gate and the
-held-out check, the fastest passing ones re-timed interleaved with the default build), so the two
-ratios are measured the same way. Our gate filters Olive's candidates instead of being its accuracy
+would be quantized). Every model it evaluated (read from its footprint) is then judged by our
+tuner exactly as it judges its own routes (`OliveCandidates`: one knob whose values are Olive's
+candidates; each built and timed in a child, gated with the tensor gate and the held-out check,
+the fastest passing ones re-timed interleaved with the default build), so the two ratios are
+measured the same way. Our gate filters Olive's candidates instead of being its accuracy
 goal because olive-ai 0.13.0 cannot serialize a custom metric (its `Metric.backend` validator
 returns None for custom metrics and the serializer then fails). Runs offline: the model is our ONNX
 file and the data our workload's inputs.
@@ -112,7 +112,8 @@ class OliveCandidates(Backend):
         session_options = dict(settings.get("session_options") or {})
         session_options["extra_session_config"] = {**(session_options.get("extra_session_config") or {}),
                                                    **QUIET_BETWEEN_RUNS}
-        return get_ort_inference_session(candidate["model_path"], "cpu", {**settings, "session_options": session_options})
+        settings["session_options"] = session_options
+        return get_ort_inference_session(candidate["model_path"], "cpu", settings)
 
     def run(self, engine, feeds: dict) -> list:
         return engine.run(None, feeds)

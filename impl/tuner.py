@@ -9,7 +9,8 @@ re-timed interleaved with the default in one child (a backend's engines must the
 another while idle); the winner is the fastest there (the default itself when nothing beats it)
 and that timing gives the reported ratio. The gate: per output tensor against the unoptimized fp32
 reference (fraction of elements outside atol + rtol |ref|, max abs, mean abs, cosine), plus a
-held-out task check on inputs the gate never saw. Reconstructed from the digest: knob sets, thresholds and the held-out checks are ours.
+held-out task check on inputs the gate never saw. Reconstructed from the digest: knob sets,
+thresholds and the held-out checks are ours.
 """
 from __future__ import annotations
 

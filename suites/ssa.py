@@ -192,7 +192,7 @@ class Sparse:
 
 class ProxySweep:
     """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, low rank, exact):
-    attention error and task accuracy. Full mode only."""
+    attention error, task accuracy and perplexity. Full mode only."""
     params = (list(PROXIES), ["ssa", "top-k"])
     param_names = ["proxy", "method"]
     timeout = 7200

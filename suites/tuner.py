@@ -30,7 +30,7 @@ MODE = "fast" if QUICK else "mixed"
 BUDGET_S = 120 if QUICK else 600  # per workload
 OLIVE_WORKLOADS = ["cnn-small"] if QUICK else list(W.WORKLOADS)
 OLIVE_BUDGET_S = 30 if QUICK else 60  # each of Olive's two workflows per workload
-OLIVE_GATING_BUDGET_S = 60 if QUICK else 120  # then gating its candidates (baselines/olive_search.search gives the order)
+OLIVE_GATING_BUDGET_S = 60 if QUICK else 120  # then gating its candidates, in olive_search.search's order
 
 
 def route_cache(name: str) -> Path:
@@ -120,8 +120,8 @@ def olive(name: str) -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
     winner, interleaved = result["winner"], result["interleaved"]
     chosen = candidates[winner.route["olive_candidate"]] if winner and winner.route["olive_candidate"] >= 0 else None
-    print(f"{name}: Olive evaluated {len(candidates)} models; winner after our gate: "
-          f"{('int8' if chosen['quantized'] else 'fp32') + ' Olive model' if chosen else 'the default build'}", flush=True)
+    kind = "the default build" if chosen is None else f"Olive's {'int8' if chosen['quantized'] else 'fp32'} model"
+    print(f"{name}: Olive evaluated {len(candidates)} models; winner after our gate: {kind}", flush=True)
     return {"speedup": interleaved[0] / interleaved[1] if interleaved else None,
             "latency": interleaved[1] if interleaved else None, "candidates": len(candidates),
             "passed": sum(r.passed for r in result["tried"] if r.route["olive_candidate"] >= 0)}
