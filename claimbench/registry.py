@@ -52,6 +52,7 @@ class Claim:
     requires: tuple[str, ...] = ()
     not_testable: str | None = None
     substitution: str | None = None
+    explain: tuple[str, ...] = ()  # benchmarks (same params) whose values explain the measured one
 
     @property
     def key(self) -> str:
@@ -178,7 +179,7 @@ def _claim(raw, paper_id: str, where: str) -> Claim:
         raise RegistryError(f"{where}: expected a table")
     known = {"id", "metric", "unit", "direction", "claimed", "claimed_text", "conditions", "baseline",
              "benchmark", "gate", "aggregate", "neutral", "tolerance", "requires", "not_testable",
-             "substitution"}
+             "substitution", "explain"}
     _no_unknown(raw, known, where)
     claimed = raw.get("claimed")
     if claimed is not None:
@@ -202,6 +203,9 @@ def _claim(raw, paper_id: str, where: str) -> Claim:
     if not 0 <= tolerance < 1:
         raise RegistryError(f"{where}.tolerance: must be in [0, 1); got {tolerance}")
     requires = _get(raw, "requires", where, list, False, [])
+    explain = _get(raw, "explain", where, list, False, [])
+    if not all(isinstance(b, str) for b in explain):
+        raise RegistryError(f"{where}.explain: expected a list of benchmark names; got {explain!r}")
     return Claim(
         paper_id=paper_id,
         id=_get(raw, "id", where, str),
@@ -220,6 +224,7 @@ def _claim(raw, paper_id: str, where: str) -> Claim:
         requires=tuple(str(r) for r in requires),
         not_testable=_get(raw, "not_testable", where, str, False),
         substitution=_get(raw, "substitution", where, str, False),
+        explain=tuple(explain),
     )
 
 

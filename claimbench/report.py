@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .registry import REPO_ROOT, Registry
-from .verdicts import Verdict
+from .verdicts import Verdict, explain_label
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -82,11 +82,13 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
         for v in verdicts:
             if v.claim.id == claim.id and v.detail:
                 lines += [f"Per parameter combination on {v.machine}:", ""]
+                explain = [explain_label(b) for b in claim.explain]
                 detail_rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
                                 "—" if d["value"] is None else f"{d['value']:.4g}",
                                 d.get("gate_value", ""), {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
+                               + ["—" if d["explain"].get(e) is None else f"{d['explain'][e]:.4g}" for e in explain]
                                for d in v.detail]
-                lines += [_md_table(["params", claim.unit, "gate value", "gate"], detail_rows), ""]
+                lines += [_md_table(["params", claim.unit, "gate value", "gate", *explain], detail_rows), ""]
     path = out_dir / f"{paper.id}.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -44,12 +44,15 @@ class Verdict:
 
 
 def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: dict[str, float | None] | None = None,
-          caps: set[str] | frozenset = frozenset(), machine: str | None = None) -> Verdict:
+          caps: set[str] | frozenset = frozenset(), machine: str | None = None,
+          explain_values: dict[str, dict[str, float | None]] | None = None) -> Verdict:
     """The verdict for one claim on one machine and commit.
 
     measured: params (JSON text) -> value (None = the benchmark failed for that combination),
     or None when the machine has no result for the claim's benchmark.
     gate_values: the gate benchmark's values by the same params.
+    explain_values: per benchmark of claim.explain, its values by the same params: shown beside
+    every combination, and those of the combination that decides the verdict in its reason.
     """
     missing = [r for r in claim.requires if r not in caps]
     if not measured:
@@ -63,6 +66,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     detail, passing = [], []
     for params, value in sorted(measured.items()):
         entry = {"params": json.loads(params), "value": value}
+        if claim.explain:
+            entry["explain"] = {explain_label(b): (explain_values or {}).get(b, {}).get(params) for b in claim.explain}
         if claim.gate is not None:
             gv = (gate_values or {}).get(params)
             entry["gate_value"] = gv
@@ -99,9 +104,25 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         reason = f"{claim.fold} over {len(passing)} combination(s) = {value:.4g} {claim.unit} vs claimed {claim.claimed_text}"
         if len(passing) > 1:
             reason += f"; {sum(map(reaches, passing))} of {len(passing)} reach it"
+        reason += _explained(claim, detail, value)
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail)
+
+
+def explain_label(benchmark: str) -> str:
+    """'lychee.ClaimSpeedup.track_pruned_fraction' -> 'pruned fraction'."""
+    return benchmark.rsplit(".", 1)[-1].removeprefix("track_").replace("_", " ")
+
+
+def _explained(claim: Claim, detail: list[dict], value: float) -> str:
+    """'; at dataset=glove: pruned fraction 0.65, ...' for the combination whose value decided."""
+    deciding = next((e for e in detail if e["value"] == value and e.get("gate_passed", True)), None)
+    if deciding is None or not deciding.get("explain"):
+        return ""
+    where = ", ".join(f"{k}={x}" for k, x in deciding["params"].items())
+    values = ", ".join(f"{k} {x:.3g}" for k, x in deciding["explain"].items() if x is not None)
+    return f"; at {where}: {values}" if values else ""
 
 
 def _series(con, benchmark: str) -> dict[tuple[str, str], dict]:
@@ -130,6 +151,7 @@ def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict
     for claim in registry.claims:
         series = _series(con, claim.benchmark) if (con is not None and claim.benchmark) else {}
         gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
+        explains = {b: _series(con, b) for b in claim.explain} if series else {}
         for machine, caps in (known.items() or [(None, set())]):
             commits = [(c, e) for (m, c), e in series.items() if m == machine]
             if not commits:
@@ -137,7 +159,8 @@ def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict
                 continue
             for commit, entry in commits:
                 gate_entry = gates.get((machine, commit), {}).get("values")
-                v = judge(claim, entry["values"], gate_entry, caps, machine)
+                explain = {b: e.get((machine, commit), {}).get("values", {}) for b, e in explains.items()}
+                v = judge(claim, entry["values"], gate_entry, caps, machine, explain)
                 v.commit_hash, v.commit_date = commit, entry["date"]
                 history.append(v)
             latest.append(history[-1])

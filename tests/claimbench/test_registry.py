@@ -51,6 +51,7 @@ def test_minimal_registry_and_defaults(tmp_path):
     (('baseline = "b"', 'baseline = "b"\ngate = { benchmark = "x" }'), r"claims\[0\]\.gate: needs min or max"),
     (('baseline = "b"', 'baseline = "b"\ntolerance = 2'), r"claims\[0\]\.tolerance"),
     (('title = "P"', 'title = 3'), r"paper\[0\] \(p\)\.title: expected str"),
+    (('baseline = "b"', 'baseline = "b"\nexplain = [3]'), r"claims\[0\]\.explain: expected a list of benchmark"),
 ])
 def test_validation_names_file_and_key(tmp_path, edit, message):
     path = write(tmp_path, MINIMAL.replace(*edit))

@@ -32,6 +32,16 @@ def test_fold_over_parameters_uses_the_claims_aggregate():
     assert V.judge(claim(aggregate="min"), measured).reason.endswith("; 1 of 2 reach it")
 
 
+def test_explaining_benchmarks_sit_beside_every_combination_and_in_the_reason():
+    c = claim(explain=("s.C.track_pruned_fraction", "s.C.track_ceiling"))
+    explain = {"s.C.track_pruned_fraction": {P(d="a"): 0.65, P(d="b"): 0.98}, "s.C.track_ceiling": {P(d="b"): 20.0}}
+    v = V.judge(c, {P(d="a"): 0.5, P(d="b"): 3.0}, explain_values=explain)
+    assert v.reason.endswith("; at d=b: pruned fraction 0.98, ceiling 20")
+    assert [e["explain"] for e in v.detail] == [{"pruned fraction": 0.65, "ceiling": None},
+                                                {"pruned fraction": 0.98, "ceiling": 20.0}]
+    assert "explain" not in V.judge(claim(), {P(d="a"): 0.5}).detail[0]
+
+
 def test_lower_is_better_claims():
     c = claim(direction="lower", claimed=(-27.7, -27.7), neutral=0.0, unit="%")
     assert V.judge(c, {P(): -30.0}).verdict == V.REPRODUCED
