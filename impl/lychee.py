@@ -11,9 +11,12 @@ Reconstructed here (not in the digest): a list-level bound that skips a probed l
 (||q - c|| - radius)^2 > U (triangle inequality; the radius is the farthest member from its
 centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass
 over the first directions, continued only for members still under the threshold (partial sums of
-the bound are bounds too); survivors read per list in increasing bound with software prefetch of
-the rows ahead (memory order when more than `sorted_below` of a list survives: with a weak bound
-the sort and the random order cost more than the reads they save);
+the bound are bounds too); the closest list's survivors read first in increasing bound (its
+neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read
+in one increasing-bound order, a large pool first reading its k smallest bounds so that the sort
+covers only what that leaves, with software prefetch of the rows ahead (memory order for a list
+where more than `sorted_below` survives: with a weak bound the sort and the random order cost more
+than the reads they save);
 m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
 (capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
 rounding can never prune a true neighbour.
@@ -95,21 +98,21 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
     candidates are left in cand[:count] (list positions, increasing); lb holds their full bounds."""
     n = s1 - s0
     m = AT.shape[0]
+    residuals = R[s0:s1]  # contiguous views indexed from 0: LLVM drops numba's negative-index
     for t in range(n):
-        dr = R[s0 + t] - rq
+        dr = residuals[t] - rq
         lb[t] = dr * dr
     head = min(first, m)
     for v in range(head):
         a = aq[v]
-        row = AT[v]
+        row = AT[v, s0:s1]  # wraparound and vectorizes the loads (twice as fast as AT[v, s0 + t])
         for t in range(n):
-            diff = row[s0 + t] - a
+            diff = row[t] - a
             lb[t] += diff * diff
     count = 0
-    for t in range(n):
-        if lb[t] <= threshold:
-            cand[count] = t
-            count += 1
+    for t in range(n):  # branch-free: survivors are rare and unpredictable
+        cand[count] = t
+        count += lb[t] <= threshold
     v = head
     while v < m and count > 0:
         end = min(v + step, m)
@@ -130,15 +133,48 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
 
 
 @njit(cache=True, nogil=True)
-def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-           sorted_below, top_d, top_i, counts, lb, cand):
-    d, m = P.shape
+def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, top_d, top_i):
+    """Read the pool's rows in increasing bound until the bound passes the k-th best; returns how many.
+    A large pool first reads its k smallest bounds (one pass, no sort), drops every row whose bound is
+    above the k-th best that gives, and sorts only what is left."""
     k = top_d.shape[0]
-    # short code of the query: a_q = P^T (q - mu), r_q = ||q - mu - P a_q||
-    qc = q.astype(np.float64) - mu
-    aq64 = qc @ P
-    rq = np.float32(np.sqrt(max((qc * qc).sum() - (aq64 * aq64).sum(), 0.0)))
-    aq = aq64.astype(np.float32)
+    read = 0
+    if count > 4 * k:
+        best_lb = np.full(k, np.inf, np.float32)
+        best_c = np.full(k, -1, np.int64)
+        for c in range(count):
+            if pool_lb[c] < best_lb[k - 1]:
+                _push(pool_lb[c], c, best_lb, best_c)
+        for j in range(k):
+            c = best_c[j]
+            if c >= 0:
+                _push(_sqdist(q, X, pool_row[c]), ids[pool_row[c]], top_d, top_i)
+                pool_lb[c] = np.inf  # read
+                read += 1
+        kept = 0
+        for c in range(count):
+            pool_lb[kept] = pool_lb[c]
+            pool_row[kept] = pool_row[c]
+            kept += pool_lb[c] <= top_d[k - 1] + slack
+        count = kept
+    order = np.argsort(pool_lb[:count])
+    for o in range(count):
+        c = order[o]
+        if pool_lb[c] > top_d[k - 1] + slack:
+            break
+        if o + PREFETCH_AHEAD < count:
+            _prefetch_row(X, pool_row[order[o + PREFETCH_AHEAD]])
+        _push(_sqdist(q, X, pool_row[c]), ids[pool_row[c]], top_d, top_i)
+        read += 1
+    return read
+
+
+@njit(cache=True, nogil=True)
+def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
+           sorted_below, top_d, top_i, counts, lb, cand, pool_lb, pool_row):
+    """One query; aq, rq: its short code (computed for the whole batch at once); lb, cand: one list's
+    bounds and candidates; pool_lb, pool_row: room for every probed member."""
+    k = top_d.shape[0]
     for j in range(k):
         top_d[j] = np.inf
         top_i[j] = -1
@@ -155,10 +191,13 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
         for t in range(s0, s1, stride):
             _push(_sqdist(q, X, t), ids[t], top_d, top_i)
             read += 1
-    # 2. lists closest first: list-level bound, then the short-code bound of every member; members
-    #    still under the current k-th best are read in increasing bound until the bound passes the
-    #    k-th best, which tightens it for the lists after them. A member left unread has bound >
-    #    k-th best: never in the top k.
+    # 2. lists closest first: list-level bound, then the short-code bound of every member. The closest
+    #    list is read at once in increasing bound (it holds most neighbours: that tightens the k-th best
+    #    for every list after it); later lists' candidates wait in one pool, read after all lists in
+    #    increasing bound until the bound passes the k-th best. A member left unread has bound > k-th
+    #    best: never in the top k.
+    pooled = 0
+    first_list = True
     for j in range(probe.shape[0]):
         lst = probe[j]
         if lst < 0:
@@ -173,36 +212,73 @@ def _query(q, mu, P, probe, offsets, X, AT, R, ids, centroids, radius, stride, l
                 skipped += 1
                 continue
         count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
-        if count < sorted_below * (s1 - s0):  # few survivors: increasing bound, stop once it passes the k-th best
-            order = np.argsort(lb[cand[:count]])
-            for o in range(count):
-                t = cand[order[o]]
-                if lb[t] > top_d[k - 1] + slack:
-                    break
-                if o + PREFETCH_AHEAD < count:
-                    _prefetch_row(X, s0 + cand[order[o + PREFETCH_AHEAD]])
-                if t % stride != 0:  # anchors are read already
-                    _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
-                    read += 1
-        else:  # many survivors (a weak bound): memory order, which the hardware prefetcher follows
+        if count >= sorted_below * (s1 - s0) and not first_list:  # a weak bound: memory order (prefetcher-friendly)
             for c in range(count):
                 t = cand[c]
                 if lb[t] <= top_d[k - 1] + slack and t % stride != 0:
                     _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
                     read += 1
+        else:  # pool the candidates that are not anchors (read already)
+            for c in range(count):
+                pool_lb[pooled] = lb[cand[c]]
+                pool_row[pooled] = s0 + cand[c]
+                pooled += cand[c] % stride != 0
+            if first_list:
+                read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, top_d, top_i)
+                pooled = 0
+        first_list = False
+    read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, top_d, top_i)
     counts[0] = read
     counts[1] = scanned
     counts[2] = skipped
 
 
 @njit(cache=True, parallel=True)
-def _search(Q, mu, P, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-            sorted_below, out_d, out_i, counts, max_list):
-    for qi in prange(Q.shape[0]):
+def _search(Q, AQ, RQ, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
+            sorted_below, out_d, out_i, counts, max_list, max_pool, chunks):
+    per = (Q.shape[0] + chunks - 1) // chunks
+    for chunk in prange(chunks):  # one set of buffers per chunk of queries, not per query
         lb = np.empty(max_list, np.float32)
         cand = np.empty(max_list, np.int64)
-        _query(Q[qi], mu, P, probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack,
-               first, step, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand)
+        pool_lb = np.empty(max_pool, np.float32)
+        pool_row = np.empty(max_pool, np.int64)
+        for qi in range(chunk * per, min((chunk + 1) * per, Q.shape[0])):
+            _query(Q[qi], AQ[qi], RQ[qi], probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound,
+                   slack, first, step, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand, pool_lb, pool_row)
+
+
+@njit(cache=True)
+def _survivors(AQ, RQ, probes, offsets, AT, R, thresholds, first, step, lb, cand, rows, row_offsets):
+    """Rows of the probed members whose bound is at most the query's threshold, in memory order,
+    query after query (rows[row_offsets[i]:row_offsets[i + 1]]); with rows empty, counts only."""
+    n = 0
+    for qi in range(AQ.shape[0]):
+        row_offsets[qi] = n
+        for j in range(probes.shape[1]):
+            lst = probes[qi, j]
+            if lst < 0:
+                continue
+            s0 = offsets[lst]
+            count = _screen_list(AT, R, s0, offsets[lst + 1], AQ[qi], RQ[qi], thresholds[qi], first, step, lb, cand)
+            if rows.shape[0]:
+                for c in range(count):
+                    rows[n + c] = s0 + cand[c]
+            n += count
+        if rows.shape[0]:
+            rows[row_offsets[qi]:n].sort()
+    row_offsets[AQ.shape[0]] = n
+
+
+@njit(cache=True, nogil=True)
+def _exact_pass(Q, X, ids, rows, row_offsets, top_d, top_i):
+    """Exact distances to the given rows only, into the top k: the work the bound cannot remove."""
+    k = top_d.shape[1]
+    for qi in range(Q.shape[0]):
+        for j in range(k):
+            top_d[qi, j] = np.inf
+            top_i[qi, j] = -1
+        for t in range(row_offsets[qi], row_offsets[qi + 1]):
+            _push(_sqdist(Q[qi], X, rows[t]), ids[rows[t]], top_d[qi], top_i[qi])
 
 
 @dataclass
@@ -325,13 +401,45 @@ class Lychee(VectorIndex):
         out_d = np.empty((nq, k), np.float32)
         out_i = np.empty((nq, k), np.int64)
         counts = np.zeros((nq, 3), np.int64)
-        numba.set_num_threads(max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS)))
-        _search(xq, self.mu, self.P, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
+        threads = max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(threads)
+        aq, rq = self.short_codes(xq)
+        _search(xq, aq, rq, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
                 self.radius, self.anchor_stride, self.list_bound, self.slack, self.screen_first, self.screen_step,
-                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1)
+                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
+                int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
                                        vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))
+        return out_d, out_i
+
+
+    def survivors(self, xq: np.ndarray, kth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, row_offsets): per query, the probed members whose bound does not exceed its final
+        k-th distance `kth` (nq,), i.e. the members no screening with this bound can leave unread."""
+        xq = self._check_query(xq, 1)
+        kth = np.asarray(kth, np.float32)
+        if kth.shape != (len(xq),):
+            raise InputError(f"kth has shape {kth.shape}, expected ({len(xq)},)")
+        _, probes = self.ivf.probe(xq, self.nprobe)
+        aq, rq = self.short_codes(xq)
+        size = int(np.diff(self.offsets).max()) + 1
+        lb, cand = np.empty(size, np.float32), np.empty(size, np.int64)
+        row_offsets = np.zeros(len(xq) + 1, np.int64)
+        args = (aq, rq, probes, self.offsets, self.AT, self.R, kth + self.slack, self.screen_first, self.screen_step,
+                lb, cand)
+        _survivors(*args, np.empty(0, np.int64), row_offsets)
+        rows = np.empty(row_offsets[-1], np.int64)
+        _survivors(*args, rows, row_offsets)
+        return rows, row_offsets
+
+    def exact_pass(self, xq: np.ndarray, k: int, rows: np.ndarray, row_offsets: np.ndarray):
+        """Top k over exact distances to `rows` alone (from survivors()): timing it against IVF-Flat's
+        scan gives the speedup the bound allows, the ceiling of any screening with it."""
+        xq = self._check_query(xq, k)
+        out_d = np.empty((len(xq), k), np.float32)
+        out_i = np.empty((len(xq), k), np.int64)
+        _exact_pass(xq, self.X, self.ids, rows, row_offsets, out_d, out_i)
         return out_d, out_i
 
 

@@ -57,6 +57,22 @@ def test_results_identical_to_ivf_flat(nprobe, decay):
     assert ly.counters.vectors_read_full <= ly.counters.vectors_in_probed_lists
 
 
+def test_survivors_hold_the_result_and_are_no_more_than_lychee_reads():
+    xb, xq = decaying(4000, 32, 1.5, seed=11), decaying(60, 32, 1.5, seed=12)
+    ivf, ly = pair(xb, nlist=64, anchor_stride=8)
+    for index in (ivf, ly):
+        index.set_query_params(nprobe=16)
+    d1, i1 = ivf.search(xq, 10)
+    rows, offsets = ly.survivors(xq, d1[:, -1])
+    assert offsets[0] == 0 and offsets[-1] == len(rows) and (np.diff(offsets) >= 10).all()
+    assert all((np.diff(rows[a:b]) > 0).all() for a, b in zip(offsets[:-1], offsets[1:]))  # memory order
+    assert identical_rows(d1, i1, *ly.exact_pass(xq, 10, rows, offsets)).all()
+    ly.search(xq, 10)
+    assert len(rows) <= ly.counters.vectors_read_full + ly.counters.vectors_in_probed_lists // 8  # + anchors
+    with pytest.raises(InputError, match="kth has shape"):
+        ly.survivors(xq, d1[:5, -1])
+
+
 def test_ties_and_duplicates_give_the_same_distances():
     base = decaying(300, 8, 1.0, seed=3)
     xb = np.concatenate([base] * 4)  # every vector four times: ties everywhere

@@ -33,6 +33,13 @@ def test_compare_reports_quality_beside_speed(tiny):
     assert 0 < point["read_fraction"] <= 1
 
 
+def test_ceiling_times_the_exact_pass_over_the_survivors(tiny):
+    ds, ivf, lychee = tiny
+    for index in (ivf, lychee):
+        index.set_query_params(nprobe=8)
+    assert suite.ceiling(ds, ivf, lychee) > 0
+
+
 def test_smallest_nprobe_reaches_the_target(tiny):
     ds, ivf, _ = tiny
     nprobe = suite.smallest_nprobe(ds, ivf, 0.999)
