@@ -44,10 +44,12 @@ def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, seed):
 
 @pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
-def test_results_identical_to_ivf_flat(nprobe, decay):
+@pytest.mark.parametrize("knobs", [{}, {"screen_first": 4, "screen_step": 3, "sorted_below": 0.0}],
+                         ids=["default", "partial-bounds-memory-order"])
+def test_results_identical_to_ivf_flat(nprobe, decay, knobs):
     xb = decaying(4000, 32, decay, seed=1)
     xq = decaying(100, 32, decay, seed=2)
-    ivf, ly = pair(xb, nlist=64, anchor_stride=8)
+    ivf, ly = pair(xb, nlist=64, anchor_stride=8, **knobs)
     ivf.set_query_params(nprobe=nprobe)
     ly.set_query_params(nprobe=nprobe)
     d1, i1 = ivf.search(xq, 10)
