@@ -172,9 +172,12 @@ class ExactProxy:
         return k[0].float()
 
 
+KeyProxy = PQProxy | LowRankProxy | ExactProxy  # keys(layer, k) -> the compressed keys, reconstructed
+
+
 @dataclass
 class PQCache(SparseAttention):
-    proxy: PQProxy = field(default_factory=PQProxy)
+    proxy: KeyProxy = field(default_factory=PQProxy)
     name = "pqcache"
 
     def select(self, layer, q, k, lo, hi, m):
@@ -222,7 +225,7 @@ def draw_with_replacement(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tens
 
 @dataclass
 class ImportanceSampling(SparseAttention):
-    proxy: PQProxy = field(default_factory=PQProxy)
+    proxy: KeyProxy = field(default_factory=PQProxy)
     name = "importance-sampling"
 
     def __post_init__(self):

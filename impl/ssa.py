@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from claimbench.baselines.sparse_attention import PQProxy, SparseAttention, draw_with_replacement, head_probs
+from claimbench.baselines.sparse_attention import (KeyProxy, PQProxy, SparseAttention, draw_with_replacement,
+                                                  head_probs)
 
 
 def water_fill(p: Tensor, m: int) -> tuple[int, float]:
@@ -56,7 +57,7 @@ def ssa_select(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]
 
 @dataclass
 class SSA(SparseAttention):
-    proxy: PQProxy = field(default_factory=PQProxy)
+    proxy: KeyProxy = field(default_factory=PQProxy)
     name = "ssa"
 
     def __post_init__(self):
