@@ -131,9 +131,9 @@ def ceiling(ds, ivf: IVFFlat, lychee: Lychee) -> float:
     exact pass over the survivors alone (members whose bound is under the final k-th distance, read in
     memory order), single thread, interleaved, at the nprobe both are set to."""
     q = ds.queries
-    kth = ivf.search(q, K)[0][:, -1]
-    rows, offsets = lychee.survivors(q, kth)
-    if not identical_rows(*ivf.search(q, K), *lychee.exact_pass(q, K, rows, offsets)).all():
+    d_ivf, i_ivf = ivf.search(q, K)
+    rows, offsets = lychee.survivors(q, d_ivf[:, -1])
+    if not identical_rows(d_ivf, i_ivf, *lychee.exact_pass(q, K, rows, offsets)).all():
         raise GateFailed("the survivors of the bound miss a neighbour: the bound is broken")
     times = measure.interleaved({"ivf": lambda: ivf.search(q, K),
                                  "survivors": lambda: lychee.exact_pass(q, K, rows, offsets)}, ROUNDS)
