@@ -32,15 +32,16 @@ class Ingest:
     repeat = 1
 
     def setup_cache(self):
-        root = Path(tempfile.mkdtemp(prefix="claimbench-ingest-"))
-        n_rows = write_results(root / "results", 4 if QUICK else 20, 2_500 if QUICK else 10_000)
-        db = root / "bench.duckdb"
-        start = time.perf_counter()
-        first = ingest.ingest([root / "results"], db=db)
-        elapsed = time.perf_counter() - start
-        again = ingest.ingest([root / "results"], db=db)
-        with store.connect(db, read_only=True) as con:
-            stored = con.execute("SELECT count(*) FROM results").fetchone()[0]
+        with tempfile.TemporaryDirectory(prefix="claimbench-ingest-") as tmp:
+            root = Path(tmp)
+            n_rows = write_results(root / "results", 4 if QUICK else 20, 2_500 if QUICK else 10_000)
+            db = root / "bench.duckdb"
+            start = time.perf_counter()
+            first = ingest.ingest([root / "results"], db=db)
+            elapsed = time.perf_counter() - start
+            again = ingest.ingest([root / "results"], db=db)
+            with store.connect(db, read_only=True) as con:
+                stored = con.execute("SELECT count(*) FROM results").fetchone()[0]
         return {"rows_per_s": first.rows / elapsed, "stored": stored / n_rows, "readded": again.rows}
 
     def track_rows_per_s(self, r):
@@ -60,14 +61,21 @@ class ClaimsFirstPaint:
     repeat = 1
 
     def setup_cache(self):
-        from claimbench.appserver import CHROMIUM, CHROMIUM_ARGS, serve
+        from claimbench.appserver import CHROMIUM
         try:
-            from playwright.sync_api import sync_playwright
+            import playwright.sync_api  # noqa: F401
         except ImportError:
             raise SkipNotImplemented("playwright is not installed") from None
         if not Path(CHROMIUM).exists():
             raise SkipNotImplemented("Debian's chromium is not installed")
-        root = Path(tempfile.mkdtemp(prefix="claimbench-paint-"))
+        with tempfile.TemporaryDirectory(prefix="claimbench-paint-") as tmp:
+            return self._paint(Path(tmp))
+
+    @staticmethod
+    def _paint(root: Path) -> dict:
+        from playwright.sync_api import sync_playwright
+
+        from claimbench.appserver import CHROMIUM, CHROMIUM_ARGS, serve
         n_rows = write_results(root / "results", 10, 10_000)
         db = root / "paint.duckdb"
         ingest.ingest([root / "results"], db=db)
