@@ -44,12 +44,13 @@ def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, seed):
 
 @pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
-@pytest.mark.parametrize("knobs", [{}, {"screen_first": 4, "screen_step": 3, "sorted_below": 0.0}],
-                         ids=["default", "partial-bounds-memory-order"])
+@pytest.mark.parametrize("knobs", [{}, {"anchor_stride": 8},
+                                   {"anchor_stride": 8, "screen_first": 4, "screen_step": 3, "sorted_below": 0.0}],
+                         ids=["closest-list-anchors", "stride-anchors", "partial-bounds-memory-order"])
 def test_results_identical_to_ivf_flat(nprobe, decay, knobs):
     xb = decaying(4000, 32, decay, seed=1)
     xq = decaying(100, 32, decay, seed=2)
-    ivf, ly = pair(xb, nlist=64, anchor_stride=8, **knobs)
+    ivf, ly = pair(xb, nlist=64, **knobs)
     ivf.set_query_params(nprobe=nprobe)
     ly.set_query_params(nprobe=nprobe)
     d1, i1 = ivf.search(xq, 10)
@@ -69,6 +70,7 @@ def test_survivors_hold_the_result_and_are_no_more_than_lychee_reads():
     assert offsets[0] == 0 and offsets[-1] == len(rows) and (np.diff(offsets) >= 10).all()
     assert all((np.diff(rows[a:b]) > 0).all() for a, b in zip(offsets[:-1], offsets[1:]))  # memory order
     assert identical_rows(d1, i1, *ly.exact_pass(xq, 10, rows, offsets)).all()
+    assert (ly.survivor_counts(xq, d1[:, -1]) == np.diff(offsets)).all()
     ly.search(xq, 10)
     assert len(rows) <= ly.counters.vectors_read_full + ly.counters.vectors_in_probed_lists // 8  # + anchors
     with pytest.raises(InputError, match="kth has shape"):
@@ -137,6 +139,8 @@ def test_bad_input_is_named():
         IVFFlat(nlist=600).build(xb)
     with pytest.raises(InputError, match="m=9"):
         Lychee.from_ivf(ivf, xb, m=9)
+    with pytest.raises(InputError, match="anchor_stride must be >= 0"):
+        Lychee.from_ivf(ivf, xb, anchor_stride=-1)
     with pytest.raises(InputError, match="holds 500"):
         Lychee.from_ivf(ivf, xb[:100])
 
@@ -146,7 +150,7 @@ def test_identical_on_real_glove_vectors():
     from claimbench.datasets import vectors
     base, queries, _ = vectors.build_glove(quick=True)
     xb = base[:20_000]
-    ivf, ly = pair(xb, 128, anchor_stride=16)
+    ivf, ly = pair(xb, 128)
     for nprobe in (2, 32):
         ivf.set_query_params(nprobe=nprobe)
         ly.set_query_params(nprobe=nprobe)
