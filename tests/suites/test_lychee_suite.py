@@ -33,11 +33,12 @@ def test_compare_reports_quality_beside_speed(tiny):
     assert 0 < point["read_fraction"] <= 1
 
 
-def test_ceiling_times_the_exact_pass_over_the_survivors(tiny):
+def test_ceiling_times_the_exact_pass_over_the_survivors_and_the_bound_pass(tiny):
     ds, ivf, lychee = tiny
     for index in (ivf, lychee):
         index.set_query_params(nprobe=8)
-    assert suite.ceiling(ds, ivf, lychee) > 0
+    caps = suite.ceiling(ds, ivf, lychee)
+    assert caps["ceiling"] > 0 and caps["screening_cap"] > 0
 
 
 def test_smallest_nprobe_reaches_the_target(tiny):
