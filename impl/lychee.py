@@ -142,10 +142,12 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
 
 
 @njit(cache=True, nogil=True)
-def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, top_d, top_i):
+def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, memory_order_from, top_d, top_i):
     """Read the pool's rows in increasing bound until the bound passes the k-th best; returns how many.
-    A large pool first reads its k smallest bounds (one pass, no sort), drops every row whose bound is
-    above the k-th best that gives, and sorts only what is left."""
+    A large pool first reads its k smallest bounds (one pass, no sort) and drops every row whose bound is
+    above the k-th best that gives; then it sorts only what is left, or, when at least
+    `memory_order_from` rows are left (a weak bound), reads them in pool order, which is memory order
+    within each list: there the sort and the random order would cost more than the reads they save."""
     k = top_d.shape[0]
     read = 0
     if count > 4 * k:
@@ -166,6 +168,14 @@ def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, top_d, top_
             pool_row[kept] = pool_row[c]
             kept += pool_lb[c] <= top_d[k - 1] + slack
         count = kept
+    if count >= memory_order_from:
+        for c in range(count):
+            if c + PREFETCH_AHEAD < count:
+                _prefetch_row(X, pool_row[c + PREFETCH_AHEAD])
+            if pool_lb[c] <= top_d[k - 1] + slack:
+                _push(_sqdist(q, X, pool_row[c]), ids[pool_row[c]], top_d, top_i)
+                read += 1
+        return read
     order = np.argsort(pool_lb[:count])
     for o in range(count):
         c = order[o]
@@ -237,10 +247,11 @@ def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, 
                 pool_row[pooled] = s0 + cand[c]
                 pooled += not _is_anchor(cand[c], stride)
             if first_list:
-                read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, top_d, top_i)
+                read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled,
+                                             sorted_below * (s1 - s0), top_d, top_i)
                 pooled = 0
         first_list = False
-    read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, top_d, top_i)
+    read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, pooled + 1, top_d, top_i)
     counts[0] = read
     counts[1] = scanned
     counts[2] = skipped
