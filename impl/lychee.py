@@ -213,10 +213,10 @@ def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, 
                 _push(_sqdist(q, X, t), ids[t], top_d, top_i)
                 read += 1
     # 2. lists closest first: list-level bound, then the short-code bound of every member. The closest
-    #    list is read at once in increasing bound (it holds most neighbours: that tightens the k-th best
-    #    for every list after it); later lists' candidates wait in one pool, read after all lists in
-    #    increasing bound until the bound passes the k-th best. A member left unread has bound > k-th
-    #    best: never in the top k.
+    #    list is read at once, its k best bounds first (it holds most neighbours: that tightens the k-th
+    #    best for every list after it); later lists' candidates are read at once in memory order where the
+    #    bound is weak, else wait in one pool, read after all lists in increasing bound until the bound
+    #    passes the k-th best. A member left unread has bound > k-th best: never in the top k.
     pooled = 0
     first_list = True
     for j in range(probe.shape[0]):
