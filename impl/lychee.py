@@ -142,6 +142,21 @@ def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
 
 
 @njit(cache=True, nogil=True)
+def _read_in_memory_order(q, X, ids, slack, bounds, rows, count, top_d, top_i):
+    """Read rows[:count] in the order given (memory order within a list), skipping those whose bound is
+    above the current k-th best, prefetching ahead; returns how many were read."""
+    k = top_d.shape[0]
+    read = 0
+    for c in range(count):
+        if c + PREFETCH_AHEAD < count:
+            _prefetch_row(X, rows[c + PREFETCH_AHEAD])
+        if bounds[c] <= top_d[k - 1] + slack:
+            _push(_sqdist(q, X, rows[c]), ids[rows[c]], top_d, top_i)
+            read += 1
+    return read
+
+
+@njit(cache=True, nogil=True)
 def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, memory_order_from, top_d, top_i):
     """Read the pool's rows in increasing bound until the bound passes the k-th best; returns how many.
     A large pool first reads its k smallest bounds (one pass, no sort) and drops every row whose bound is
@@ -169,13 +184,7 @@ def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, memory_orde
             kept += pool_lb[c] <= top_d[k - 1] + slack
         count = kept
     if count >= memory_order_from:
-        for c in range(count):
-            if c + PREFETCH_AHEAD < count:
-                _prefetch_row(X, pool_row[c + PREFETCH_AHEAD])
-            if pool_lb[c] <= top_d[k - 1] + slack:
-                _push(_sqdist(q, X, pool_row[c]), ids[pool_row[c]], top_d, top_i)
-                read += 1
-        return read
+        return read + _read_in_memory_order(q, X, ids, slack, pool_lb, pool_row, count, top_d, top_i)
     order = np.argsort(pool_lb[:count])
     for o in range(count):
         c = order[o]
@@ -233,23 +242,18 @@ def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, 
                 skipped += 1
                 continue
         count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
-        if count >= sorted_below * (s1 - s0) and not first_list:  # a weak bound: memory order (prefetcher-friendly)
-            for c in range(count):
-                t = cand[c]
-                if c + PREFETCH_AHEAD < count:
-                    _prefetch_row(X, s0 + cand[c + PREFETCH_AHEAD])
-                if lb[t] <= top_d[k - 1] + slack and not _is_anchor(t, stride):
-                    _push(_sqdist(q, X, s0 + t), ids[s0 + t], top_d, top_i)
-                    read += 1
-        else:  # pool the candidates that are not anchors (read already)
-            for c in range(count):
-                pool_lb[pooled] = lb[cand[c]]
-                pool_row[pooled] = s0 + cand[c]
-                pooled += not _is_anchor(cand[c], stride)
-            if first_list:
-                read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled,
-                                             sorted_below * (s1 - s0), top_d, top_i)
-                pooled = 0
+        new = 0  # stage the candidates that are not anchors (read already) after the pooled ones
+        for c in range(count):
+            pool_lb[pooled + new] = lb[cand[c]]
+            pool_row[pooled + new] = s0 + cand[c]
+            new += not _is_anchor(cand[c], stride)
+        weak = sorted_below * (s1 - s0)
+        if first_list:
+            read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, new, weak, top_d, top_i)
+        elif new >= weak:  # a weak bound: memory order (prefetcher-friendly)
+            read += _read_in_memory_order(q, X, ids, slack, pool_lb[pooled:], pool_row[pooled:], new, top_d, top_i)
+        else:
+            pooled += new
         first_list = False
     read += _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, pooled, pooled + 1, top_d, top_i)
     counts[0] = read
