@@ -12,17 +12,20 @@ closest list is screened against no bound and its k smallest-bound members are r
 gives U with fewer exact reads than every s-th member of every list (73 vs 106 reads per query on
 the 256-d power-law set); a list-level bound that skips a probed list whole when
 (||q - c|| - radius)^2 > U (triangle inequality; the radius is the farthest member from its
-centroid); short codes stored direction-major (m x n) so one list's bounds are a vectorized pass
-over the first directions, continued only for members still under the threshold (partial sums of
-the bound are bounds too); the closest list's survivors read first in increasing bound (its
-neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read
-in one increasing-bound order, a large pool first reading its k smallest bounds so that the sort
+centroid); short codes quantized to 8 bits per coordinate over each list's own range, a code
+standing for an interval that holds the exact value, so the bound from the intervals is still a
+lower bound (8 bits: 2-8% more survivors than float codes, a quarter of the bytes, and one
+coordinate costs a few vector instructions); one list's codes stored as one (m + 1) x size block so
+its bounds are one vectorized, streaming pass (optionally over the first directions only, continued
+for members still under the threshold: partial sums of the bound are bounds too); the closest list's
+survivors read first in increasing bound (its neighbours tighten the k-th best for every other
+list), the other lists' survivors pooled and read in one increasing-bound order, a large pool first reading its k smallest bounds so that the sort
 covers only what that leaves, with software prefetch of the rows ahead (memory order for a list
 where more than `sorted_below` survives: with a weak bound the sort and the random order cost more
 than the reads they save);
-m chosen as the smallest multiple of 8 whose directions capture `variance_target` of the variance
-(capped at d/4) unless set; float32 sums with a slack of 1e-5 x the mean squared norm, so float
-rounding can never prune a true neighbour.
+m chosen by a cost model unless set (`_choose_m`: code bytes scanned vs full vectors the bound
+leaves, estimated on a sample at build); float32 sums with a slack of 1e-5 x the mean squared norm,
+so float rounding can never prune a true neighbour.
 """
 from __future__ import annotations
 
@@ -97,40 +100,54 @@ def _is_anchor(t, stride):
     return stride > 0 and t % stride == 0
 
 
+SHRINK = np.float32(1.0 - 1e-6)  # the code bound's step, shrunk: float32 rounding in it can only lower it
+
+
 @njit(cache=True, nogil=True, fastmath=True)
-def _screen_list(AT, R, s0, s1, aq, rq, threshold, first, step, lb, cand):
-    """Short-code lower bounds of one list's members, stopping early: every partial sum of the bound
-    is itself a lower bound, so a member whose first `first` directions (plus the residual term)
-    already exceed the threshold is dropped, and the rest continue `step` directions at a time.
-    Codes are stored m x n, so the first pass is vectorized across members. Returns how many
-    candidates are left in cand[:count] (list positions, increasing); lb holds their full bounds."""
+def _screen_list(codes, code_lo, code_step, lst, s0, s1, qc, threshold, first, step, lb, cand, z, w):
+    """Lower bounds of one list's members from their 8- (or 16-) bit codes, stopping early.
+
+    Code row 0 is the residual norm, rows 1..m the directions; a code c stands for the interval
+    [lo + c step, lo + (c + 1) step] of its list, so each coordinate contributes
+    (step * max(|c - z| - 1/2, 0))^2 with z = (query - lo) / step - 1/2: the squared distance from the
+    query's coordinate to that interval, never more than to the member's own. A list's codes are one
+    contiguous block, row after row, so the first pass (residual + `first` directions) streams it and
+    vectorizes across members; every partial sum is a bound too, so members already over the threshold
+    are dropped and the rest continue `step` directions at a time. Returns how many candidates are left
+    in cand[:count] (list positions, increasing); lb holds their bounds. z, w: room for m + 1 values."""
     n = s1 - s0
-    m = AT.shape[0]
-    residuals = R[s0:s1]  # contiguous views indexed from 0: LLVM drops numba's negative-index
+    rows = code_lo.shape[1]
+    for v in range(rows):
+        z[v] = (qc[v] - code_lo[lst, v]) / code_step[lst, v] - np.float32(0.5)
+        w[v] = code_step[lst, v] * SHRINK
+    block = codes[rows * s0:rows * s1]  # contiguous views indexed from 0: LLVM drops numba's negative-index
+    half = np.float32(0.5)               # wraparound and vectorizes the loads
+    zero = np.float32(0.0)
+    row = block[0:n]
     for t in range(n):
-        dr = residuals[t] - rq
-        lb[t] = dr * dr
-    head = min(first, m)
-    for v in range(head):
-        a = aq[v]
-        row = AT[v, s0:s1]  # wraparound and vectorizes the loads (twice as fast as AT[v, s0 + t])
+        g = max(abs(np.float32(row[t]) - z[0]) - half, zero) * w[0]
+        lb[t] = g * g
+    head = min(first + 1, rows)
+    for v in range(1, head):
+        zv, wv = z[v], w[v]
+        row = block[v * n:(v + 1) * n]
         for t in range(n):
-            diff = row[t] - a
-            lb[t] += diff * diff
+            g = max(abs(np.float32(row[t]) - zv) - half, zero) * wv
+            lb[t] += g * g
     count = 0
     for t in range(n):  # branch-free: survivors are rare and unpredictable
         cand[count] = t
         count += lb[t] <= threshold
     v = head
-    while v < m and count > 0:
-        end = min(v + step, m)
-        for u in range(v, end):  # one direction at a time: its row segment stays in cache
-            a = aq[u]
-            row = AT[u, s0:s1]
+    while v < rows and count > 0:
+        end = min(v + step, rows)
+        for u in range(v, end):  # one direction at a time: its row stays in cache
+            zu, wu = z[u], w[u]
+            row = block[u * n:(u + 1) * n]
             for c in range(count):
                 t = cand[c]
-                diff = row[t] - a
-                lb[t] += diff * diff
+                g = max(abs(np.float32(row[t]) - zu) - half, zero) * wu
+                lb[t] += g * g
         kept = 0
         for c in range(count):
             t = cand[c]
@@ -198,10 +215,11 @@ def _read_in_bound_order(q, X, ids, slack, pool_lb, pool_row, count, memory_orde
 
 
 @njit(cache=True, nogil=True)
-def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-           sorted_below, top_d, top_i, counts, lb, cand, pool_lb, pool_row):
-    """One query; aq, rq: its short code (computed for the whole batch at once); lb, cand: one list's
-    bounds and candidates; pool_lb, pool_row: room for every probed member."""
+def _query(q, qc, probe, offsets, X, codes, code_lo, code_step, ids, centroids, radius, stride, list_bound, slack,
+           first, step, sorted_below, top_d, top_i, counts, lb, cand, z, w, pool_lb, pool_row):
+    """One query; qc: its short code, residual first (computed for the whole batch at once); lb, cand:
+    one list's bounds and candidates; z, w: room for m + 1 values; pool_lb, pool_row: room for every
+    probed member."""
     k = top_d.shape[0]
     for j in range(k):
         top_d[j] = np.inf
@@ -241,7 +259,7 @@ def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, 
             if gap > 0.0 and gap * gap > bound:
                 skipped += 1
                 continue
-        count = _screen_list(AT, R, s0, s1, aq, rq, bound, first, step, lb, cand)
+        count = _screen_list(codes, code_lo, code_step, lst, s0, s1, qc, bound, first, step, lb, cand, z, w)
         new = 0  # stage the candidates that are not anchors (read already) after the pooled ones
         for c in range(count):
             pool_lb[pooled + new] = lb[cand[c]]
@@ -262,39 +280,59 @@ def _query(q, aq, rq, probe, offsets, X, AT, R, ids, centroids, radius, stride, 
 
 
 @njit(cache=True, parallel=True)
-def _search(Q, AQ, RQ, probes, offsets, X, AT, R, ids, centroids, radius, stride, list_bound, slack, first, step,
-            sorted_below, out_d, out_i, counts, max_list, max_pool, chunks):
+def _search(Q, QC, probes, offsets, X, codes, code_lo, code_step, ids, centroids, radius, stride, list_bound, slack,
+            first, step, sorted_below, out_d, out_i, counts, max_list, max_pool, chunks):
     per = (Q.shape[0] + chunks - 1) // chunks
     for chunk in prange(chunks):  # one set of buffers per chunk of queries, not per query
         lb = np.empty(max_list, np.float32)
         cand = np.empty(max_list, np.int64)
+        z = np.empty(code_lo.shape[1], np.float32)
+        w = np.empty(code_lo.shape[1], np.float32)
         pool_lb = np.empty(max_pool, np.float32)
         pool_row = np.empty(max_pool, np.int64)
         for qi in range(chunk * per, min((chunk + 1) * per, Q.shape[0])):
-            _query(Q[qi], AQ[qi], RQ[qi], probes[qi], offsets, X, AT, R, ids, centroids, radius, stride, list_bound,
-                   slack, first, step, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand, pool_lb, pool_row)
+            _query(Q[qi], QC[qi], probes[qi], offsets, X, codes, code_lo, code_step, ids, centroids, radius, stride,
+                   list_bound, slack, first, step, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand, z, w,
+                   pool_lb, pool_row)
 
 
 @njit(cache=True)
-def _survivors(AQ, RQ, probes, offsets, AT, R, thresholds, first, step, lb, cand, rows, row_offsets):
+def _survivors(QC, probes, offsets, codes, code_lo, code_step, thresholds, first, step, lb, cand, rows, row_offsets):
     """Rows of the probed members whose bound is at most the query's threshold, in memory order,
     query after query (rows[row_offsets[i]:row_offsets[i + 1]]); with rows empty, counts only."""
     n = 0
-    for qi in range(AQ.shape[0]):
+    z = np.empty(code_lo.shape[1], np.float32)
+    w = np.empty(code_lo.shape[1], np.float32)
+    for qi in range(QC.shape[0]):
         row_offsets[qi] = n
         for j in range(probes.shape[1]):
             lst = probes[qi, j]
             if lst < 0:
                 continue
             s0 = offsets[lst]
-            count = _screen_list(AT, R, s0, offsets[lst + 1], AQ[qi], RQ[qi], thresholds[qi], first, step, lb, cand)
+            count = _screen_list(codes, code_lo, code_step, lst, s0, offsets[lst + 1], QC[qi], thresholds[qi], first,
+                                 step, lb, cand, z, w)
             if rows.shape[0]:
                 for c in range(count):
                     rows[n + c] = s0 + cand[c]
             n += count
         if rows.shape[0]:
             rows[row_offsets[qi]:n].sort()
-    row_offsets[AQ.shape[0]] = n
+    row_offsets[QC.shape[0]] = n
+
+
+@njit(cache=True)
+def _all_bounds(QC, offsets, codes, code_lo, code_step, first, step, lb, cand, out):
+    """Every member's bound for every query (no threshold), into out (nq, n) in list order."""
+    z = np.empty(code_lo.shape[1], np.float32)
+    w = np.empty(code_lo.shape[1], np.float32)
+    for qi in range(QC.shape[0]):
+        for lst in range(offsets.shape[0] - 1):
+            s0 = offsets[lst]
+            count = _screen_list(codes, code_lo, code_step, lst, s0, offsets[lst + 1], QC[qi], np.float32(np.inf),
+                                 first, step, lb, cand, z, w)
+            for c in range(count):
+                out[qi, s0 + cand[c]] = lb[cand[c]]
 
 
 @njit(cache=True, nogil=True)
@@ -317,12 +355,13 @@ class Lychee(VectorIndex):
     """Build knobs are fields; nprobe is the query knob (as IVF-Flat's)."""
     nlist: int = 1024
     m: int | None = None
-    variance_target: float = 0.9
+    read_cost: float = 6.0  # cost model for m: one element of a full-vector read vs one code byte's bound term
     anchor_stride: int = 0  # the paper's anchors, every s-th member of each list; 0: the closest list's best bounds
     list_bound: bool = True
-    screen_first: int = 64  # directions every member's bound starts with (one vectorized pass)
+    screen_first: int | None = None  # directions in every member's first, vectorized pass (None: all m)
     screen_step: int = 32  # directions added at a time for members still under the threshold
     sorted_below: float = 0.03  # a list whose survivors are fewer than this share is read in increasing bound
+    code_bits: int = 8  # bits per short-code coordinate (8 or 16), per-list intervals
     threads: int = 1
     name = "lychee"
     nprobe: int = field(default=1, init=False)
@@ -346,10 +385,12 @@ class Lychee(VectorIndex):
         if len(xb) != ivf.ntotal:
             raise InputError(f"database has {len(xb)} vectors but the IVF index holds {ivf.ntotal}")
         for knob in ("screen_first", "screen_step"):
-            if getattr(self, knob) < 1:
+            if getattr(self, knob) is not None and getattr(self, knob) < 1:
                 raise InputError(f"{knob} must be >= 1, got {getattr(self, knob)}")
         if self.anchor_stride < 0:
             raise InputError(f"anchor_stride must be >= 0 (0: no stride anchors), got {self.anchor_stride}")
+        if self.code_bits not in (8, 16):
+            raise InputError(f"code_bits must be 8 or 16, got {self.code_bits}")
         if not 0.0 <= self.sorted_below <= 1.0:
             raise InputError(f"sorted_below must be in [0, 1], got {self.sorted_below}")
         n, d = xb.shape
@@ -368,29 +409,53 @@ class Lychee(VectorIndex):
         evals, evecs = np.clip(evals[::-1], 0, None), evecs[:, ::-1]
         total = evals.sum()
         captured = np.cumsum(evals) / total if total > 0 else np.ones(d)
-        m = self.m if self.m is not None else self._auto_m(captured, d)
+        m = self.m if self.m is not None else self._choose_m(ivf, centered, evecs)
         if not 1 <= m <= d:
             raise InputError(f"m={m} must be in [1, d={d}]")
         self.m_used = m
         self.variance_captured = float(captured[m - 1])
         self.P = np.ascontiguousarray(evecs[:, :m])
         a, r = self.short_codes(self.X)
-        self.AT = np.ascontiguousarray(a.T)  # m x n: members contiguous per direction
-        self.R = r
+        self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
+        self._quantize(np.concatenate([r[:, None], a], axis=1), floor=float(np.sqrt(self.slack)) / 2 ** 10)
         member_list = np.repeat(np.arange(ivf.nlist), np.diff(self.offsets))
         dist_to_c = np.sqrt(((self.X.astype(np.float64) - self.centroids[member_list]) ** 2).sum(1))
         self.radius = np.zeros(ivf.nlist)
         np.maximum.at(self.radius, member_list, dist_to_c)
-        # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
-        self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
         self.ivf = ivf
 
+    def _quantize(self, full: np.ndarray, floor: float) -> None:
+        """Per list and code row (residual, then the m directions), `code_bits`-bit codes of the interval
+        [lo + c step, lo + (c + 1) step] holding the exact value; lo and step are float32 chosen so that
+        the intervals hold in exact arithmetic (lo rounded down, step rounded up, at least `floor`). Codes
+        are stored list after list, each list's (m + 1) x size block row-major."""
+        levels = 2 ** self.code_bits
+        rows = full.shape[1]
+        nlist = len(self.offsets) - 1
+        lo, hi = np.zeros((nlist, rows)), np.zeros((nlist, rows))
+        for lst, (s0, s1) in enumerate(zip(self.offsets[:-1], self.offsets[1:])):
+            if s1 > s0:
+                lo[lst], hi[lst] = full[s0:s1].min(0), full[s0:s1].max(0)
+        lo32 = lo.astype(np.float32)
+        lo32 = np.where(lo32 > lo, np.nextafter(lo32, np.float32(-np.inf)), lo32)
+        step32 = np.maximum((hi - lo32) / levels, floor).astype(np.float32)
+        step32 = np.where(lo32 + levels * step32.astype(np.float64) < hi, np.nextafter(step32, np.float32(np.inf)),
+                          step32)
+        member_list = np.repeat(np.arange(nlist), np.diff(self.offsets))
+        codes = np.floor((full - lo32[member_list]) / step32[member_list])
+        codes = np.clip(codes, 0, levels - 1).astype(np.uint8 if self.code_bits == 8 else np.uint16)
+        self.codes = np.concatenate([codes[s0:s1].T.ravel() for s0, s1 in zip(self.offsets[:-1], self.offsets[1:])])
+        self.code_lo, self.code_step = lo32, step32
+
     def short_codes(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(a, r): projections P^T (x - mu), (n, m), and the norms of what they drop, (n,)."""
+        """(a, r): projections P^T (x - mu), (n, m), and the norms of what they drop, (n,); float64."""
         centered = np.asarray(x, np.float64) - self.mu
         a = centered @ self.P
-        r = np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None))
-        return a.astype(np.float32), r.astype(np.float32)
+        return a, np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None))
+
+    def _query_codes(self, xq: np.ndarray) -> np.ndarray:
+        a, r = self.short_codes(xq)
+        return np.ascontiguousarray(np.concatenate([r[:, None], a], axis=1), dtype=np.float32)
 
     @staticmethod
     def lower_bound(codes_q: tuple[np.ndarray, np.ndarray], codes_x: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -399,12 +464,37 @@ class Lychee(VectorIndex):
         a = ((aq[:, None, :].astype(np.float64) - ax[None, :, :]) ** 2).sum(-1)
         return a + (rq[:, None].astype(np.float64) - rx[None, :]) ** 2
 
-    def _auto_m(self, captured: np.ndarray, d: int) -> int:
-        cap = max(8, d // 4)
-        for m in range(8, cap + 1, 8):
-            if captured[min(m, d) - 1] >= self.variance_target:
-                return min(m, d)
-        return min(cap, d)
+    def _choose_m(self, ivf: IVFFlat, centered: np.ndarray, evecs: np.ndarray, k: int = 10) -> int:
+        """The m minimizing a query's estimated cost: (m + 1) code bytes per scanned member plus
+        `read_cost` x d per member the bound leaves unpruned. That share is estimated on up to 64 database
+        vectors taken as queries: the bound of up to 512 members of their nlist / 8 closest lists against
+        their exact k-th neighbour distance. (Reconstructed: the paper fixes m per dataset.)"""
+        n, d = centered.shape
+        rng = np.random.default_rng(0)
+        sample = rng.choice(n, min(64, n), replace=False)
+        flat = faiss.IndexFlatL2(d)
+        flat.add(self.X)
+        kth = flat.search(self.X[sample], min(k + 1, n))[0][:, -1]  # the sample itself is its own 0th
+        _, probes = ivf.probe(self.X[sample], max(1, ivf.nlist // 16))
+        a_q = centered[sample] @ evecs
+        unpruned, scanned = np.zeros(d), 0
+        for i in range(len(sample)):
+            members = np.concatenate([np.arange(self.offsets[lst], self.offsets[lst + 1]) for lst in probes[i]
+                                      if lst >= 0])
+            if len(members) > 512:
+                members = rng.choice(members, 512, replace=False)
+            a_x = centered[members] @ evecs
+            r_x = np.sqrt(np.clip((centered[members] ** 2).sum(1)[:, None] - np.cumsum(a_x ** 2, 1), 0, None))
+            r_q = np.sqrt(np.clip((a_q[i] ** 2).sum() - np.cumsum(a_q[i] ** 2), 0, None))
+            bound = np.cumsum((a_x - a_q[i]) ** 2, 1) + (r_x - r_q) ** 2  # column m - 1: the bound with m
+            unpruned += (bound <= kth[i]).sum(0)
+            scanned += len(members)
+        cost = np.arange(2, d + 2) + self.read_cost * d * unpruned / max(scanned, 1)
+        return int(np.argmin(cost)) + 1
+
+    @property
+    def _first(self) -> int:
+        return self.screen_first or self.m_used
 
     @property
     def ntotal(self) -> int:
@@ -416,8 +506,9 @@ class Lychee(VectorIndex):
 
     @property
     def code_bytes_ratio(self) -> float:
-        """Extra memory of the short codes relative to the full vectors: (m + 1) / d."""
-        return (self.AT.nbytes + self.R.nbytes) / self.X.nbytes
+        """Extra memory of the short codes (and their per-list scales) relative to the full vectors:
+        (m + 1) / (4 d) with 8-bit codes."""
+        return (self.codes.nbytes + self.code_lo.nbytes + self.code_step.nbytes) / self.X.nbytes
 
     def set_query_params(self, nprobe: int = 1) -> None:
         if self.ivf is None:
@@ -436,10 +527,9 @@ class Lychee(VectorIndex):
         counts = np.zeros((nq, 3), np.int64)
         threads = max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS))
         numba.set_num_threads(threads)
-        aq, rq = self.short_codes(xq)
-        _search(xq, aq, rq, probes, self.offsets, self.X, self.AT, self.R, self.ids, self.centroids,
-                self.radius, self.anchor_stride, self.list_bound, self.slack, self.screen_first, self.screen_step,
-                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
+        _search(xq, self._query_codes(xq), probes, self.offsets, self.X, self.codes, self.code_lo, self.code_step,
+                self.ids, self.centroids, self.radius, self.anchor_stride, self.list_bound, self.slack, self._first,
+                self.screen_step, self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
                 int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
@@ -463,17 +553,28 @@ class Lychee(VectorIndex):
         if kth.shape != (len(xq),):
             raise InputError(f"kth has shape {kth.shape}, expected ({len(xq)},)")
         _, probes = self.ivf.probe(xq, self.nprobe)
-        aq, rq = self.short_codes(xq)
         size = int(np.diff(self.offsets).max()) + 1
         lb, cand = np.empty(size, np.float32), np.empty(size, np.int64)
         row_offsets = np.zeros(len(xq) + 1, np.int64)
-        args = (aq, rq, probes, self.offsets, self.AT, self.R, kth + self.slack, self.screen_first, self.screen_step,
-                lb, cand)
+        args = (self._query_codes(xq), probes, self.offsets, self.codes, self.code_lo, self.code_step, kth + self.slack,
+                self._first, self.screen_step, lb, cand)
         _survivors(*args, np.empty(0, np.int64), row_offsets)
         rows = np.empty(row_offsets[-1] if fill else 0, np.int64)
         if fill:
             _survivors(*args, rows, row_offsets)
         return rows, row_offsets
+
+    def code_bounds(self, xq: np.ndarray) -> np.ndarray:
+        """The search's lower bound of every (query, database vector) pair, (nq, ntotal) in database order:
+        computed by the same kernel, from the codes (for tests and inspection; O(nq * ntotal))."""
+        xq = self._check_query(xq, 1)
+        size = int(np.diff(self.offsets).max()) + 1
+        out = np.full((len(xq), self.ntotal), np.nan, np.float32)
+        _all_bounds(self._query_codes(xq), self.offsets, self.codes, self.code_lo, self.code_step, self._first,
+                    self.screen_step, np.empty(size, np.float32), np.empty(size, np.int64), out)
+        bounds = np.empty_like(out)
+        bounds[:, self.ids] = out
+        return bounds
 
     def exact_pass(self, xq: np.ndarray, k: int, rows: np.ndarray, row_offsets: np.ndarray):
         """Top k over exact distances to `rows` alone (from survivors()): timing it against IVF-Flat's

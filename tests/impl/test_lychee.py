@@ -22,8 +22,9 @@ def pair(xb, nlist, **knobs):
 
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(20, 300), d=st.integers(1, 24), m=st.integers(1, 24), kind=st.sampled_from(
-    ["gaussian", "decaying", "constant", "duplicates", "large"]), seed=st.integers(0, 10_000))
-def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, seed):
+    ["gaussian", "decaying", "constant", "duplicates", "large"]), bits=st.sampled_from([8, 16]),
+    nlist=st.sampled_from([1, 4]), seed=st.integers(0, 10_000))
+def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, bits, nlist, seed):
     rng = np.random.default_rng(seed)
     if kind == "constant":
         x = np.full((n, d), 3.5, np.float32)
@@ -34,19 +35,24 @@ def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, seed):
     else:
         x = decaying(n, d, 1.0 if kind == "decaying" else 0.0, seed)
     n = len(x)
-    ivf, ly = pair(x, nlist=1, m=min(m, d))
+    ivf, ly = pair(x, nlist=nlist, m=min(m, d), code_bits=bits)
     q = np.concatenate([x[:5], rng.standard_normal((5, d)).astype(np.float32) * x.std() + x.mean()])
     lb = Lychee.lower_bound(ly.short_codes(q), ly.short_codes(x))
     true = ((q[:, None, :].astype(np.float64) - x[None].astype(np.float64)) ** 2).sum(-1)
-    # float32 codes: allow the rounding the search itself allows for (its slack)
-    assert (lb <= true + ly.slack).all()
+    assert (lb <= true * (1 + 1e-12) + 1e-9).all()  # the paper's bound, float64 codes
+    # the search's bound, from the codes' intervals in float32: at most the paper's, up to its slack
+    code_bound = ly.code_bounds(q)
+    assert not np.isnan(code_bound).any()
+    assert (code_bound <= lb + ly.slack).all()
+    assert (code_bound <= true + ly.slack).all()
 
 
 @pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
 @pytest.mark.parametrize("knobs", [{}, {"anchor_stride": 8},
-                                   {"anchor_stride": 8, "screen_first": 4, "screen_step": 3, "sorted_below": 0.0}],
-                         ids=["closest-list-anchors", "stride-anchors", "partial-bounds-memory-order"])
+                                   {"anchor_stride": 8, "screen_first": 4, "screen_step": 3, "sorted_below": 0.0,
+                                    "code_bits": 16}],
+                         ids=["closest-list-anchors", "stride-anchors", "partial-bounds-memory-order-16-bit"])
 def test_results_identical_to_ivf_flat(nprobe, decay, knobs):
     xb = decaying(4000, 32, decay, seed=1)
     xq = decaying(100, 32, decay, seed=2)
@@ -100,11 +106,13 @@ def test_multi_thread_equals_single_thread():
     np.testing.assert_array_equal(d1, d2)
 
 
-def test_list_bound_and_auto_m():
+def test_list_bound_and_cost_model_m():
     xb = decaying(5000, 64, 1.5, 6)
     ivf, ly = pair(xb, 64)
-    assert ly.m_used % 8 == 0 and ly.variance_captured >= 0.9
-    assert ly.code_bytes_ratio == pytest.approx((ly.m_used + 1) / 64)
+    assert 1 <= ly.m_used < 32 and 0 < ly.variance_captured <= 1  # a steep spectrum: few directions pay
+    assert Lychee.from_ivf(ivf, xb, read_cost=1e6).m_used > ly.m_used  # dearer reads: more directions
+    # 8-bit codes plus each list's interval scales: within the paper's (m + 1) / d budget
+    assert (ly.m_used + 1) / (4 * 64) < ly.code_bytes_ratio <= (ly.m_used + 1) / 64
     ly.set_query_params(nprobe=64)
     ly.search(decaying(50, 64, 1.5, 7), 10)
     assert ly.counters.lists_skipped > 0
@@ -139,6 +147,8 @@ def test_bad_input_is_named():
         IVFFlat(nlist=600).build(xb)
     with pytest.raises(InputError, match="m=9"):
         Lychee.from_ivf(ivf, xb, m=9)
+    with pytest.raises(InputError, match="code_bits must be 8 or 16"):
+        Lychee.from_ivf(ivf, xb, code_bits=4)
     with pytest.raises(InputError, match="anchor_stride must be >= 0"):
         Lychee.from_ivf(ivf, xb, anchor_stride=-1)
     with pytest.raises(InputError, match="holds 500"):
