@@ -19,10 +19,10 @@ coordinate costs a few vector instructions); one list's codes stored as one (m +
 its bounds are one vectorized, streaming pass (optionally over the first directions only, continued
 for members still under the threshold: partial sums of the bound are bounds too); the closest list's
 survivors read first in increasing bound (its neighbours tighten the k-th best for every other
-list), the other lists' survivors pooled and read in one increasing-bound order, a large pool first reading its k smallest bounds so that the sort
-covers only what that leaves, with software prefetch of the rows ahead (memory order for a list
-where more than `sorted_below` survives: with a weak bound the sort and the random order cost more
-than the reads they save);
+list), the other lists' survivors pooled and read in one increasing-bound order, a large pool first
+reading its k smallest bounds so that the sort covers only what that leaves, with software prefetch
+of the rows ahead (memory order for a list where more than `sorted_below` survives: with a weak
+bound the sort and the random order cost more than the reads they save);
 m chosen by a cost model unless set (`_choose_m`: code bytes scanned vs full vectors the bound
 leaves, estimated on a sample at build); float32 sums with a slack of 1e-5 x the mean squared norm,
 so float rounding can never prune a true neighbour.
@@ -120,9 +120,9 @@ def _screen_list(codes, code_lo, code_step, lst, s0, s1, qc, threshold, first, s
     for v in range(rows):
         z[v] = (qc[v] - code_lo[lst, v]) / code_step[lst, v] - np.float32(0.5)
         w[v] = code_step[lst, v] * SHRINK
-    block = codes[rows * s0:rows * s1]  # contiguous views indexed from 0: LLVM drops numba's negative-index
-    half = np.float32(0.5)               # wraparound and vectorizes the loads
-    zero = np.float32(0.0)
+    # contiguous views indexed from 0: LLVM drops numba's negative-index wraparound and vectorizes the loads
+    block = codes[rows * s0:rows * s1]
+    half, zero = np.float32(0.5), np.float32(0.0)
     row = block[0:n]
     for t in range(n):
         g = max(abs(np.float32(row[t]) - z[0]) - half, zero) * w[0]
@@ -416,7 +416,9 @@ class Lychee(VectorIndex):
         self.variance_captured = float(captured[m - 1])
         self.P = np.ascontiguousarray(evecs[:, :m])
         a, r = self.short_codes(self.X)
+        # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
         self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
+        # a coordinate constant over a list still gets a finite step: its z stays within float32's range
         self._quantize(np.concatenate([r[:, None], a], axis=1), floor=float(np.sqrt(self.slack)) / 2 ** 10)
         member_list = np.repeat(np.arange(ivf.nlist), np.diff(self.offsets))
         dist_to_c = np.sqrt(((self.X.astype(np.float64) - self.centroids[member_list]) ** 2).sum(1))
