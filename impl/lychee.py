@@ -469,7 +469,7 @@ class Lychee(VectorIndex):
     def _choose_m(self, ivf: IVFFlat, centered: np.ndarray, evecs: np.ndarray, k: int = 10) -> int:
         """The m minimizing a query's estimated cost: (m + 1) code bytes per scanned member plus
         `read_cost` x d per member the bound leaves unpruned. That share is estimated on up to 64 database
-        vectors taken as queries: the bound of up to 512 members of their nlist / 8 closest lists against
+        vectors taken as queries: the bound of up to 512 members of their nlist / 16 closest lists against
         their exact k-th neighbour distance. (Reconstructed: the paper fixes m per dataset.)"""
         n, d = centered.shape
         rng = np.random.default_rng(0)
