@@ -252,19 +252,20 @@ def pareto(df: pd.DataFrame) -> pd.Series:
 
 @st.cache_data(show_spinner=False)
 def alerts(version) -> pd.DataFrame:
-    """Open regressions, gate failures and verdict flips, computed live, newest first."""
+    """Regressions, gate failures and verdict flips, computed live, open ones first, newest first."""
     def query(con):
         if con is None:
             return []
         latest = V.compute(con, R.load(), store_history=False)
-        return (A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest))
+        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest),
+                             A.acknowledgements())
     found = _read(query)
-    df = pd.DataFrame([dict(kind=a.kind, benchmark=a.benchmark, params=a.params, machine=a.machine,
+    df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,
                             commit=(a.commit_hash or "")[:8], commit_date=a.commit_date, before=a.before,
                             after=a.after, change=a.change, detail=a.detail) for a in found],
-                      columns=["kind", "benchmark", "params", "machine", "commit", "commit_date", "before",
+                      columns=["kind", "status", "benchmark", "params", "machine", "commit", "commit_date", "before",
                                "after", "change", "detail"])
-    return df.sort_values("commit_date", ascending=False, na_position="last")
+    return df.sort_values(["status", "commit_date"], ascending=[False, False], na_position="last")  # "open" first
 
 
 @st.cache_data(show_spinner=False)

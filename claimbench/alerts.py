@@ -4,6 +4,10 @@ plus gate failures and verdict flips.
 asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
 a higher-is-better series that crosses zero is negated instead.
+
+A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
+[tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
+its reason, but is no longer open (nor fails `--fail-on`).
 """
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ class Alert:
     before: float | None
     after: float | None
     detail: str
+    status: str = "open"  # or "acknowledged"
 
     @property
     def change(self) -> float | None:
@@ -62,6 +67,26 @@ class Alert:
     def alert_id(self) -> str:
         ident = "|".join(map(str, (self.kind, self.benchmark, self.params, self.machine, self.commit_hash)))
         return hashlib.sha1(ident.encode()).hexdigest()[:16]
+
+
+def acknowledgements(path=REPO_ROOT / "pyproject.toml") -> dict[str, str]:
+    """{"benchmark pattern@commit prefix": why} from [tool.claimbench.alerts.acknowledged]."""
+    if not path.exists():
+        return {}
+    return dict(tomllib.loads(path.read_text()).get("tool", {}).get("claimbench", {}).get("alerts", {})
+                .get("acknowledged", {}))
+
+
+def acknowledge(alerts: list[Alert], acknowledged: dict[str, str]) -> list[Alert]:
+    """Mark the regressions an acknowledgement names (benchmark by fnmatch pattern, commit by prefix)."""
+    for a in alerts:
+        for key, why in acknowledged.items():
+            pattern, _, commit = key.rpartition("@")
+            if (a.kind == "regression" and commit and fnmatch.fnmatchcase(a.benchmark, pattern)
+                    and (a.commit_hash or "").startswith(commit)):
+                a.status, a.detail = "acknowledged", f"{a.detail}; acknowledged: {why}"
+                break
+    return alerts
 
 
 def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], callable]:
@@ -113,30 +138,42 @@ def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:
     return alerts
 
 
-def evaluate(con, registry, thresholds: Thresholds) -> list[Alert]:
-    """Every open alert, newest first; the alerts table is rewritten to hold exactly these."""
+def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None) -> list[Alert]:
+    """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these."""
     latest = V.compute(con, registry)
-    found = regressions(con, thresholds) + gate_and_flip_alerts(con, latest)
-    found.sort(key=lambda a: (a.commit_date is not None, a.commit_date or 0), reverse=True)
+    found = acknowledge(regressions(con, thresholds) + gate_and_flip_alerts(con, latest), acknowledged or {})
+    found.sort(key=lambda a: (a.status == "open", a.commit_date is not None, a.commit_date or 0), reverse=True)
     con.execute("BEGIN")
     con.execute("DELETE FROM alerts")
     if found:
-        con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', now())",
+        con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
                         [[a.alert_id, a.kind, a.benchmark, a.params, a.machine, a.commit_hash, a.commit_date,
-                          a.before, a.after, a.change, a.detail] for a in found])
+                          a.before, a.after, a.change, a.detail, a.status] for a in found])
     con.execute("COMMIT")
     return found
 
 
 def markdown(alerts: list[Alert]) -> str:
+    open_ = [a for a in alerts if a.status == "open"]
+    acknowledged = [a for a in alerts if a.status != "open"]
+    lines = ["## claimbench alerts", ""]
+    lines.append(f"{len(open_)} open alert(s)." if open_ else "No open regressions, gate failures or verdict flips.")
+    lines.append("")
+    lines += _table(open_)
+    if acknowledged:
+        lines += ["", f"### Acknowledged ({len(acknowledged)}): intended changes, each with its reason", ""]
+        lines += _table(acknowledged)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _table(alerts: list[Alert]) -> list[str]:
     if not alerts:
-        return "## claimbench alerts\n\nNo open regressions, gate failures or verdict flips.\n"
-    lines = ["## claimbench alerts", "", f"{len(alerts)} open alert(s).", "",
-             "| kind | benchmark / claim | params | machine | commit | change | detail |",
+        return []
+    lines = ["| kind | benchmark / claim | params | machine | commit | change | detail |",
              "|---|---|---|---|---|---|---|"]
     for a in alerts:
         params = ", ".join(f"{k}={v}" for k, v in json.loads(a.params or "{}").items()) if a.params else ""
         change = f"{a.change:+.1%}" if a.change is not None else ""
         lines.append(f"| {a.kind} | `{a.benchmark}` | {params} | {a.machine} | {(a.commit_hash or '')[:8]} "
                      f"| {change} | {a.detail} |")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -53,20 +53,20 @@ def cmd_alerts(args) -> int:
         overrides[pattern] = float(value)
     thresholds = A.Thresholds.from_pyproject(overrides=overrides)
     with store.connect(args.db) as con:
-        found = A.evaluate(con, R.load(args.papers), thresholds)
+        found = A.evaluate(con, R.load(args.papers), thresholds, A.acknowledgements())
     from tabulate import tabulate
     if found:
-        print(tabulate([[a.kind, a.benchmark, a.params, a.machine, (a.commit_hash or "")[:8],
+        print(tabulate([[a.kind, a.status, a.benchmark, a.params, a.machine, (a.commit_hash or "")[:8],
                          f"{a.change:+.1%}" if a.change is not None else "", a.detail] for a in found],
-                       ["kind", "benchmark / claim", "params", "machine", "commit", "change", "detail"]))
-    else:
+                       ["kind", "status", "benchmark / claim", "params", "machine", "commit", "change", "detail"]))
+    if not any(a.status == "open" for a in found):
         print("No open regressions, gate failures or verdict flips.")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(A.markdown(found))
         print(f"wrote {args.markdown}")
     fail_kinds = set(A.KINDS) if "any" in (args.fail_on or []) else set(args.fail_on or [])
-    failing = [a for a in found if a.kind in fail_kinds]
+    failing = [a for a in found if a.kind in fail_kinds and a.status == "open"]
     if failing:
         print(f"claimbench alerts: {len(failing)} alert(s) of kind {', '.join(sorted(fail_kinds))}: failing",
               file=sys.stderr)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, cli, ingest, store
+from claimbench import asvfiles, cli, ingest, registry, store
 
 
 def series(values, noise=0.0, seed=0):
@@ -107,3 +107,25 @@ def test_cli_claims_lists_every_paper(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert len({r["claim"].split("/")[0] for r in rows}) == 14
     assert {r["verdict"] for r in rows} <= {"not measured yet", "not testable here"}
+
+
+def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path, capsys):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 11)
+    ingest.ingest([results], db=db)
+    step_commit = f"{9:08x}"  # the ninth run is the first at 1.5
+    with store.connect(db) as con:
+        found = A.evaluate(con, registry.load(papers), A.Thresholds(),
+                           {f"s.Claim.track_*@{step_commit}": "a deliberate trade", "other.*@0": "unrelated"})
+        stored = dict(con.execute("SELECT status, count(*) FROM alerts GROUP BY status").fetchall())
+    regressions = [a for a in found if a.kind == "regression"]
+    assert regressions and all(a.status == "acknowledged" for a in regressions)
+    assert "acknowledged: a deliberate trade" in regressions[0].detail
+    assert stored["acknowledged"] == len(regressions)  # the claim's verdict flip stays open
+    assert all(a.kind != "regression" for a in found if a.status == "open")
+    md = A.markdown(found)
+    assert "### Acknowledged (1)" in md and "a deliberate trade" in md
+    assert A.acknowledgements(tmp_path / "missing.toml") == {}
