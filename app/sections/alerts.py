@@ -1,4 +1,5 @@
-"""Open regressions (asv step detection), gate failures and verdict flips, newest first."""
+"""Regressions (asv step detection), gate failures and verdict flips: open ones first, then the
+acknowledged ones, newest first."""
 import urllib.parse
 
 import streamlit as st
@@ -9,9 +10,12 @@ version = queries.db_version()
 st.title("Alerts")
 views.empty_notice(queries.has_results(version))
 df = queries.alerts(version)
-if df.empty:
+open_count = int((df["status"] == "open").sum())
+if not open_count:
     st.success("No open regressions, gate failures or verdict flips.")
-else:
+if not df.empty:
+    st.caption(f"{open_count} open, {len(df) - open_count} acknowledged (intended changes, each with its reason "
+               "in pyproject.toml)")
     kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
     if kinds:
         df = df[df["kind"].isin(kinds)]

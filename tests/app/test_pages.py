@@ -109,6 +109,7 @@ def test_alerts_page_lists_the_regression_and_gate(use_db):
     df = frames(run("alerts"))[0]
     assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
     assert df["series"].str.startswith("paper?series=").all()
+    assert set(df["status"]) <= {"open", "acknowledged"} and "open" in set(df["status"])
 
 
 def test_machines_page(use_db):
