@@ -415,7 +415,7 @@ class Lychee(VectorIndex):
         self.m_used = m
         self.variance_captured = float(captured[m - 1])
         self.P = np.ascontiguousarray(evecs[:, :m])
-        a, r = self.short_codes(self.X)
+        a, r = self._project(centered)  # the centered database, already at hand for the PCA
         # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
         self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
         # a coordinate constant over a list still gets a finite step: its z stays within float32's range
@@ -451,7 +451,9 @@ class Lychee(VectorIndex):
 
     def short_codes(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a, r): projections P^T (x - mu), (n, m), and the norms of what they drop, (n,); float64."""
-        centered = np.asarray(x, np.float64) - self.mu
+        return self._project(np.asarray(x, np.float64) - self.mu)
+
+    def _project(self, centered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a = centered @ self.P
         return a, np.sqrt(np.clip((centered ** 2).sum(1) - (a ** 2).sum(1), 0, None))
 
