@@ -265,7 +265,8 @@ def alerts(version) -> pd.DataFrame:
                             after=a.after, change=a.change, detail=a.detail) for a in found],
                       columns=["kind", "status", "benchmark", "params", "machine", "commit", "commit_date", "before",
                                "after", "change", "detail"])
-    return df.sort_values(["status", "commit_date"], ascending=[False, False], na_position="last")  # "open" first
+    df = df.sort_values("commit_date", ascending=False, na_position="last")
+    return df.sort_values("status", key=lambda status: status != "open", kind="stable")  # open ones first
 
 
 @st.cache_data(show_spinner=False)

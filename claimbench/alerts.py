@@ -25,6 +25,13 @@ from .registry import REPO_ROOT
 KINDS = ("regression", "gate", "flip")
 
 
+def _alerts_config(path) -> dict:
+    """[tool.claimbench.alerts] of a pyproject.toml ({} when there is none)."""
+    if not path.exists():
+        return {}
+    return tomllib.loads(path.read_text()).get("tool", {}).get("claimbench", {}).get("alerts", {})
+
+
 @dataclass
 class Thresholds:
     default: float = 0.05
@@ -36,9 +43,7 @@ class Thresholds:
 
     @classmethod
     def from_pyproject(cls, path=REPO_ROOT / "pyproject.toml", overrides: dict[str, float] | None = None):
-        conf = {}
-        if path.exists():
-            conf = tomllib.loads(path.read_text()).get("tool", {}).get("claimbench", {}).get("alerts", {})
+        conf = _alerts_config(path)
         patterns = {**conf.get("thresholds", {}), **(overrides or {})}
         default = patterns.pop("*", conf.get("default_threshold", cls.default))
         return cls(float(default), {k: float(v) for k, v in patterns.items()})
@@ -71,10 +76,7 @@ class Alert:
 
 def acknowledgements(path=REPO_ROOT / "pyproject.toml") -> dict[str, str]:
     """{"benchmark pattern@commit prefix": why} from [tool.claimbench.alerts.acknowledged]."""
-    if not path.exists():
-        return {}
-    return dict(tomllib.loads(path.read_text()).get("tool", {}).get("claimbench", {}).get("alerts", {})
-                .get("acknowledged", {}))
+    return dict(_alerts_config(path).get("acknowledged", {}))
 
 
 def acknowledge(alerts: list[Alert], acknowledged: dict[str, str]) -> list[Alert]:

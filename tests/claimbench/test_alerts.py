@@ -109,7 +109,7 @@ def test_cli_claims_lists_every_paper(tmp_path, capsys):
     assert {r["verdict"] for r in rows} <= {"not measured yet", "not testable here"}
 
 
-def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path, capsys):
+def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path):
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
     papers = tmp_path / "papers.toml"
