@@ -135,7 +135,9 @@ def ceiling(ds, ivf: IVFFlat, lychee: Lychee, paper_bound: Lychee) -> dict:
     16-bit codes, within 1e-4 of the float bound, so the ceiling is not lowered by Lychee's 8-bit codes);
     "screening_cap": IVF-Flat's time / Lychee's bound pass alone (probe, short codes, every probed
     member's bound, nothing read). Any search that screens with this bound pays both, so its speedup is
-    at most 1 / (1 / ceiling + 1 / screening_cap)."""
+    at most 1 / (1 / ceiling + 1 / screening_cap). "probe_cap": IVF-Flat's time / its coarse quantizer's
+    probe alone, which both sides pay and the ceiling leaves out: even a free bound pass stays under
+    1 / (1 / ceiling + 1 / probe_cap)."""
     q = ds.queries
     d_ivf, i_ivf = ivf.search(q, K)
     kth = d_ivf[:, -1]
@@ -145,9 +147,11 @@ def ceiling(ds, ivf: IVFFlat, lychee: Lychee, paper_bound: Lychee) -> dict:
         raise GateFailed("the survivors of the bound miss a neighbour: the bound is broken")
     times = measure.interleaved({"ivf": lambda: ivf.search(q, K),
                                  "survivors": lambda: lychee.exact_pass(q, K, rows, offsets),
-                                 "screening": lambda: lychee.survivor_counts(q, kth)}, ROUNDS)
+                                 "screening": lambda: lychee.survivor_counts(q, kth),
+                                 "probe": lambda: ivf.probe(q, lychee.nprobe)}, ROUNDS)
     return {"ceiling": measure.ratio(times["ivf"], times["survivors"]),
-            "screening_cap": measure.ratio(times["ivf"], times["screening"])}
+            "screening_cap": measure.ratio(times["ivf"], times["screening"]),
+            "probe_cap": measure.ratio(times["ivf"], times["probe"])}
 
 
 def claim_points(name: str) -> dict:
@@ -223,6 +227,11 @@ class ClaimSpeedup:
         """IVF-Flat's time / the bound pass alone: the speedup if no survivor had to be read."""
         return r[dataset, target_recall]["screening_cap"]
     track_screening_cap.unit = metrics.SPEEDUP.unit
+
+    def track_probe_cap(self, r, dataset, target_recall):
+        """IVF-Flat's time / its probe alone (the coarse quantizer): paid by both, left out of the ceiling."""
+        return r[dataset, target_recall]["probe_cap"]
+    track_probe_cap.unit = metrics.SPEEDUP.unit
 
     def track_ceiling_share(self, r, dataset, target_recall):
         point = r[dataset, target_recall]

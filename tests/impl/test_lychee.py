@@ -50,9 +50,9 @@ def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, bits, nlist, see
 @pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
 @pytest.mark.parametrize("knobs", [{}, {"anchor_stride": 8},
-                                   {"anchor_stride": 8, "screen_first": 4, "screen_step": 3, "sorted_below": 0.0,
-                                    "code_bits": 16}],
-                         ids=["closest-list-anchors", "stride-anchors", "partial-bounds-memory-order-16-bit"])
+                                   {"anchor_stride": 8, "block": 5, "box_rows": 3, "sorted_below": 0.0,
+                                    "code_bits": 16}, {"box_rows": 0}],
+                         ids=["closest-list-anchors", "stride-anchors", "small-boxes-memory-order-16-bit", "no-boxes"])
 def test_results_identical_to_ivf_flat(nprobe, decay, knobs):
     xb = decaying(4000, 32, decay, seed=1)
     xq = decaying(100, 32, decay, seed=2)
@@ -81,6 +81,22 @@ def test_survivors_hold_the_result_and_are_no_more_than_lychee_reads():
     assert len(rows) <= ly.counters.vectors_read_full + ly.counters.vectors_in_probed_lists // 8  # + anchors
     with pytest.raises(InputError, match="kth has shape"):
         ly.survivors(xq, d1[:5, -1])
+
+
+@pytest.mark.parametrize("block, box_rows", [(16, 5), (3, 2), (7, 64), (1, 1)])
+def test_boxes_drop_only_members_whose_own_bound_is_over(block, box_rows):
+    """A block's box bound is at most each member's bound: screening with boxes keeps exactly the
+    members whose own code bound is under the threshold (box_rows above m + 1 means all rows)."""
+    xb, xq = decaying(3000, 24, 1.5, seed=13), decaying(40, 24, 1.5, seed=14)
+    ivf, ly = pair(xb, nlist=16, block=block, box_rows=box_rows)
+    ly.set_query_params(nprobe=16)
+    threshold = np.quantile(((xq[:, None] - xb[None]) ** 2).sum(-1), 0.02, axis=1).astype(np.float32)
+    rows, offsets = ly.survivors(xq, threshold)
+    bounds = ly.code_bounds(xq)[:, ly.ids]  # in list order, as the rows
+    for i in range(len(xq)):
+        expected = np.flatnonzero(bounds[i] <= threshold[i] + ly.slack)
+        np.testing.assert_array_equal(rows[offsets[i]:offsets[i + 1]], expected)
+    assert 0 < len(rows) < 0.5 * len(xq) * len(xb)
 
 
 def test_ties_and_duplicates_give_the_same_distances():
@@ -151,6 +167,8 @@ def test_bad_input_is_named():
         Lychee.from_ivf(ivf, xb, code_bits=4)
     with pytest.raises(InputError, match="anchor_stride must be >= 0"):
         Lychee.from_ivf(ivf, xb, anchor_stride=-1)
+    with pytest.raises(InputError, match="block must be >= 1"):
+        Lychee.from_ivf(ivf, xb, block=0)
     with pytest.raises(InputError, match="holds 500"):
         Lychee.from_ivf(ivf, xb[:100])
 

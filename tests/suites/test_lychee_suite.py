@@ -38,7 +38,7 @@ def test_ceiling_times_the_exact_pass_over_the_survivors_and_the_bound_pass(tiny
     for index in (ivf, lychee):
         index.set_query_params(nprobe=8)
     caps = suite.ceiling(ds, ivf, lychee, Lychee.from_ivf(ivf, ds.base, m=lychee.m_used, code_bits=16))
-    assert caps["ceiling"] > 0 and caps["screening_cap"] > 0
+    assert caps["ceiling"] > 0 and caps["screening_cap"] > 0 and caps["probe_cap"] > 0
 
 
 def test_smallest_nprobe_reaches_the_target(tiny):
