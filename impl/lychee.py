@@ -106,6 +106,28 @@ def _is_anchor(t, stride):
 SHRINK = np.float32(1.0 - 1e-6)  # the code bound's step, shrunk: float32 rounding in it can only lower it
 
 
+FEW_CLOSED = 0.5  # a list with fewer pruned blocks than this share is screened member by member, in one pass
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _member_bounds(block_codes, n, t0, t1, z, w, lb):
+    """lb[t0:t1]: the bounds of a list's members t0..t1 from its (m + 1) x n block of codes, every row
+    (see _screen_list); views indexed from 0, so LLVM drops numba's negative-index wraparound and
+    vectorizes the loads."""
+    half, zero = np.float32(0.5), np.float32(0.0)
+    run = lb[t0:t1]
+    row = block_codes[t0:t1]
+    for t in range(t1 - t0):
+        g = max(abs(np.float32(row[t]) - z[0]) - half, zero) * w[0]
+        run[t] = g * g
+    for v in range(1, z.shape[0]):
+        zv, wv = z[v], w[v]
+        row = block_codes[v * n + t0:v * n + t1]
+        for t in range(t1 - t0):
+            g = max(abs(np.float32(row[t]) - zv) - half, zero) * wv
+            run[t] += g * g
+
+
 @njit(cache=True, nogil=True, fastmath=True)
 def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
     """Lower bounds of one list's members from their 8- (or 16-) bit codes, block by block.
@@ -130,7 +152,6 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
     half, zero = np.float32(0.5), np.float32(0.0)
     b0 = block_offsets[lst]
     nb = block_offsets[lst + 1] - b0
-    # contiguous views indexed from 0: LLVM drops numba's negative-index wraparound and vectorizes the loads
     box = boxes[2 * box_rows * b0:2 * box_rows * (b0 + nb)]
     for b in range(nb):
         box_lb[b] = zero
@@ -141,7 +162,16 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
             g = max(max(np.float32(low[b]) - zv, zv - np.float32(high[b])) - half, zero) * wv
             box_lb[b] += g * g
     block_codes = codes[rows * s0:rows * s1]
+    closed = 0
+    for b in range(nb):
+        closed += box_lb[b] > threshold
     count = 0
+    if closed < FEW_CLOSED * nb:  # few blocks pruned: one streaming pass beats many short runs
+        _member_bounds(block_codes, n, 0, n, z, w, lb)
+        for t in range(n):  # branch-free: survivors are rare and unpredictable
+            cand[count] = t
+            count += lb[t] <= threshold
+        return count
     b = 0
     while b < nb:
         if box_lb[b] > threshold:
@@ -151,20 +181,11 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
         while e < nb and box_lb[e] <= threshold:
             e += 1
         t0, t1 = b * block, min(e * block, n)
+        _member_bounds(block_codes, n, t0, t1, z, w, lb)
         run = lb[t0:t1]
-        row = block_codes[t0:t1]
         for t in range(t1 - t0):
-            g = max(abs(np.float32(row[t]) - z[0]) - half, zero) * w[0]
-            run[t] = g * g
-        for v in range(1, rows):
-            zv, wv = z[v], w[v]
-            row = block_codes[v * n + t0:v * n + t1]
-            for t in range(t1 - t0):
-                g = max(abs(np.float32(row[t]) - zv) - half, zero) * wv
-                run[t] += g * g
-        for t in range(t0, t1):  # branch-free: survivors are rare and unpredictable
-            cand[count] = t
-            count += lb[t] <= threshold
+            cand[count] = t0 + t
+            count += run[t] <= threshold
         b = e
     return count
 
