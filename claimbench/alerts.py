@@ -100,13 +100,15 @@ def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], 
 
 
 def find_regressions(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float]]:
-    """(index before, index after, value before, value after) for each open regression."""
+    """(index before, index after, value before, latest value) for each open regression. asv's own
+    'after' is the best value anywhere after the step, which a single lucky run can make better than
+    the value before; the latest value is what the series stands at now."""
     if direction not in ("higher", "lower") or len(values) < 2:
         return []
     y, back = _to_lower_better(values, direction)
     steps = step_detect.detect_steps(y)
     _, _, positions = step_detect.detect_regressions(steps, threshold=threshold)
-    return [(before, after, back(v_before), back(v_after)) for before, after, v_before, v_after in positions or []]
+    return [(before, after, back(v_before), values[-1]) for before, after, v_before, _ in positions or []]
 
 
 def regressions(con, thresholds: Thresholds) -> list[Alert]:
@@ -124,7 +126,7 @@ def regressions(con, thresholds: Thresholds) -> list[Alert]:
         for before, after, v_before, v_after in find_regressions([p[2] for p in points], direction, threshold):
             commit, date, _ = points[after]
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
-                                f"{direction} is better; step from {v_before:.4g} to {v_after:.4g} "
+                                f"{direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%})"))
     return alerts
 
