@@ -19,8 +19,10 @@ than float codes, a quarter of the bytes, and one coordinate costs a few vector 
 list's codes stored as one (m + 1) x size block, its members in k-d order over the residual and the
 first directions and cut into blocks of 16 whose boxes (smallest and largest code of the first
 `box_rows` rows) bound all 16 members at once: only the members of blocks under the threshold get
-their own bound, in vectorized, streaming runs of consecutive blocks (on the 256-d power-law set 58%
-of the members lie in pruned blocks, and the bound pass costs a third less); the closest list's
+their own bound, in vectorized, streaming runs of consecutive blocks, or in one streaming pass
+where boxes prune fewer than half the list's blocks (on the 256-d power-law set 58% of the members
+lie in pruned blocks and the bound pass costs a third less; where the bound is weak, boxes cost
+about 2%); the k-d order also puts a query's survivors near one another in memory; the closest list's
 survivors read first in increasing bound (its neighbours tighten the k-th best for every other
 list), the other lists' survivors pooled and read in one increasing-bound order, a large pool first
 reading its k smallest bounds so that the sort covers only what that leaves, with software prefetch
@@ -141,7 +143,8 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
     (step * max(max(lo - z, z - hi) - 1/2, 0))^2 per row, a bound for every member at once. Only blocks
     under the threshold have their members' bounds computed, over every row, one run of consecutive
     blocks at a time (a list's codes are one contiguous block, row after row: a run streams and
-    vectorizes across members). Returns how many candidates are left in cand[:count] (list positions,
+    vectorizes across members), or the whole list in one run when fewer than FEW_CLOSED of its blocks
+    are over the threshold. Returns how many candidates are left in cand[:count] (list positions,
     increasing); lb holds their bounds. z, w: room for m + 1 values; box_lb: for the list's blocks."""
     codes, boxes, block_offsets, code_lo, code_step, block, box_rows = screen
     n = s1 - s0
