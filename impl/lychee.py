@@ -579,9 +579,10 @@ class Lychee(VectorIndex):
 
     @property
     def code_bytes_ratio(self) -> float:
-        """Extra memory of the short codes (and their per-list scales) relative to the full vectors:
-        (m + 1) / (4 d) with 8-bit codes."""
-        return (self.codes.nbytes + self.code_lo.nbytes + self.code_step.nbytes) / self.X.nbytes
+        """Extra memory of the short codes, their per-list scales and the blocks' boxes relative to the
+        full vectors: (m + 1 + 2 box_rows / block) / (4 d) with 8-bit codes."""
+        extra = (self.codes, self.code_lo, self.code_step, self.boxes, self.block_offsets)
+        return sum(a.nbytes for a in extra) / self.X.nbytes
 
     def set_query_params(self, nprobe: int = 1) -> None:
         if self.ivf is None:
