@@ -328,8 +328,8 @@ def _search(Q, QC, probes, probe_dist, offsets, X, screen, ids, radius, stride, 
         pool_lb = np.empty(max_pool, np.float32)
         pool_row = np.empty(max_pool, np.int64)
         for qi in range(chunk * per, min((chunk + 1) * per, Q.shape[0])):
-            _query(Q[qi], QC[qi], probes[qi], probe_dist[qi], offsets, X, screen, ids, radius, stride, list_bound, slack,
-                   sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand, z, w, box_lb, pool_lb, pool_row)
+            _query(Q[qi], QC[qi], probes[qi], probe_dist[qi], offsets, X, screen, ids, radius, stride, list_bound,
+                   slack, sorted_below, out_d[qi], out_i[qi], counts[qi], lb, cand, z, w, box_lb, pool_lb, pool_row)
 
 
 @njit(cache=True)
@@ -602,8 +602,9 @@ class Lychee(VectorIndex):
         threads = max(1, min(self.threads, numba.config.NUMBA_NUM_THREADS))
         numba.set_num_threads(threads)
         _search(xq, self._query_codes(xq), probes, self._probe_distances(xq, probe_sq, probes), self.offsets, self.X,
-                self._screening, self.ids, self.radius, self.anchor_stride, self.list_bound, self.slack, self.sorted_below, out_d, out_i, counts,
-                int(sizes.max()) + 1, int(np.diff(self.block_offsets).max()) + 1,
+                self._screening, self.ids, self.radius, self.anchor_stride, self.list_bound, self.slack,
+                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
+                int(np.diff(self.block_offsets).max()) + 1,
                 int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
