@@ -570,6 +570,11 @@ class Lychee(VectorIndex):
         return int(np.argmin(cost)) + 1
 
     @property
+    def _blocks_room(self) -> int:
+        """Room for the bounds of the largest list's blocks (box_lb)."""
+        return int(np.diff(self.block_offsets).max()) + 1
+
+    @property
     def ntotal(self) -> int:
         return self.ivf.ntotal if self.ivf is not None else 0
 
@@ -604,7 +609,7 @@ class Lychee(VectorIndex):
         _search(xq, self._query_codes(xq), probes, self._probe_distances(xq, probe_sq, probes), self.offsets, self.X,
                 self._screening, self.ids, self.radius, self.anchor_stride, self.list_bound, self.slack,
                 self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
-                int(np.diff(self.block_offsets).max()) + 1,
+                self._blocks_room,
                 int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
@@ -640,7 +645,7 @@ class Lychee(VectorIndex):
         lb, cand = np.empty(size, np.float32), np.empty(size, np.int64)
         row_offsets = np.zeros(len(xq) + 1, np.int64)
         args = (self._query_codes(xq), probes, self.offsets, self._screening, kth + self.slack, lb, cand,
-                np.empty(int(np.diff(self.block_offsets).max()) + 1, np.float32))
+                np.empty(self._blocks_room, np.float32))
         _survivors(*args, np.empty(0, np.int64), row_offsets)
         rows = np.empty(row_offsets[-1] if fill else 0, np.int64)
         if fill:
@@ -654,7 +659,7 @@ class Lychee(VectorIndex):
         size = int(np.diff(self.offsets).max()) + 1
         out = np.full((len(xq), self.ntotal), np.nan, np.float32)
         _all_bounds(self._query_codes(xq), self.offsets, self._screening, np.empty(size, np.float32),
-                    np.empty(size, np.int64), np.empty(int(np.diff(self.block_offsets).max()) + 1, np.float32), out)
+                    np.empty(size, np.int64), np.empty(self._blocks_room, np.float32), out)
         bounds = np.empty_like(out)
         bounds[:, self.ids] = out
         return bounds
