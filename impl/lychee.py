@@ -608,8 +608,7 @@ class Lychee(VectorIndex):
         numba.set_num_threads(threads)
         _search(xq, self._query_codes(xq), probes, self._probe_distances(xq, probe_sq, probes), self.offsets, self.X,
                 self._screening, self.ids, self.radius, self.anchor_stride, self.list_bound, self.slack,
-                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1,
-                self._blocks_room,
+                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1, self._blocks_room,
                 int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
