@@ -17,8 +17,8 @@ to 8 bits per coordinate over each list's own range, a code standing for an inte
 exact value, so the bound from the intervals is still a lower bound (8 bits: 2-8% more survivors
 than float codes, a quarter of the bytes, and one coordinate costs a few vector instructions); one
 list's codes stored as one (m + 1) x size block, its members in k-d order over the residual and the
-first directions and cut into blocks of 16 whose boxes (smallest and largest code of the first
-`box_rows` rows) bound all 16 members at once: only the members of blocks under the threshold get
+first directions and cut into blocks of `block` (16) whose boxes (smallest and largest code of the first
+`box_rows` rows) bound all the block's members at once: only the members of blocks under the threshold get
 their own bound, in vectorized, streaming runs of consecutive blocks, or in one streaming pass
 where boxes prune fewer than half the list's blocks (on the 256-d power-law set 58% of the members
 lie in pruned blocks and the bound pass costs a third less; where the bound is weak, boxes cost

@@ -143,10 +143,10 @@ def ceiling(ds, ivf: IVFFlat, lychee: Lychee, paper_bound: Lychee) -> dict:
     kth = d_ivf[:, -1]
     paper_bound.set_query_params(nprobe=lychee.nprobe)
     rows, offsets = paper_bound.survivors(q, kth)
-    if not identical_rows(d_ivf, i_ivf, *lychee.exact_pass(q, K, rows, offsets)).all():
+    if not identical_rows(d_ivf, i_ivf, *paper_bound.exact_pass(q, K, rows, offsets)).all():
         raise GateFailed("the survivors of the bound miss a neighbour: the bound is broken")
-    times = measure.interleaved({"ivf": lambda: ivf.search(q, K),
-                                 "survivors": lambda: lychee.exact_pass(q, K, rows, offsets),
+    times = measure.interleaved({"ivf": lambda: ivf.search(q, K),  # rows index paper_bound's own vectors
+                                 "survivors": lambda: paper_bound.exact_pass(q, K, rows, offsets),
                                  "screening": lambda: lychee.survivor_counts(q, kth),
                                  "probe": lambda: ivf.probe(q, lychee.nprobe)}, ROUNDS)
     return {"ceiling": measure.ratio(times["ivf"], times["survivors"]),
