@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -45,7 +46,9 @@ def gpu_info() -> dict:
 
 def describe() -> dict:
     """The environment record stored beside asv's machine.json."""
-    return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions()}
+    wide = "-prefer-256-bit" in os.environ.get("NUMBA_CPU_FEATURES", "")  # see claimbench._full_vector_width
+    return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions(),
+            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width"}
 
 
 def capabilities(env: dict) -> set[str]:
