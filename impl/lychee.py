@@ -15,8 +15,10 @@ the 256-d power-law set); a list-level bound that skips a probed list whole when
 centroid; ||q - c|| from the probe's own distances, less their float32 error); short codes quantized
 to 8 bits per coordinate over each list's own range, a code standing for an interval that holds the
 exact value, so the bound from the intervals is still a lower bound (8 bits: 2-8% more survivors
-than float codes, a quarter of the bytes, and one coordinate costs a few vector instructions); one
-list's codes stored as one (m + 1) x size block, its members in k-d order over the residual and the
+than float codes, a quarter of the bytes, and one coordinate costs a few vector instructions, 512 bits
+wide where the CPU has AVX-512: see claimbench._full_vector_width); one list's codes stored as one
+(m + 1) x width block, rows padded to whole blocks so that no vector loop has a scalar tail (with the
+full width, 1.15-1.3x faster on the weak-spectrum sets), its members in k-d order over the residual and the
 first directions and cut into blocks of `block` (16) whose boxes (smallest and largest code of the first
 `box_rows` rows) bound all the block's members at once: only the members of blocks under the threshold get
 their own bound, in vectorized, streaming runs of consecutive blocks, or in one streaming pass
@@ -164,13 +166,14 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
         for b in range(nb):
             g = max(max(np.float32(low[b]) - zv, zv - np.float32(high[b])) - half, zero) * wv
             box_lb[b] += g * g
-    block_codes = codes[rows * s0:rows * s1]
+    width = nb * block  # rows padded to whole blocks: every run is whole vectors, no scalar tail
+    block_codes = codes[rows * block * b0:rows * block * (b0 + nb)]
     closed = 0
     for b in range(nb):
         closed += box_lb[b] > threshold
     count = 0
     if closed < FEW_CLOSED * nb:  # few blocks pruned: one streaming pass beats many short runs
-        _member_bounds(block_codes, n, 0, n, z, w, lb)
+        _member_bounds(block_codes, width, 0, width, z, w, lb)
         for t in range(n):  # branch-free: survivors are rare and unpredictable
             cand[count] = t
             count += lb[t] <= threshold
@@ -183,10 +186,10 @@ def _screen_list(screen, lst, s0, s1, qc, threshold, lb, cand, z, w, box_lb):
         e = b + 1
         while e < nb and box_lb[e] <= threshold:
             e += 1
-        t0, t1 = b * block, min(e * block, n)
-        _member_bounds(block_codes, n, t0, t1, z, w, lb)
-        run = lb[t0:t1]
-        for t in range(t1 - t0):
+        t0 = b * block
+        _member_bounds(block_codes, width, t0, e * block, z, w, lb)
+        run = lb[t0:min(e * block, n)]
+        for t in range(run.shape[0]):
             cand[count] = t0 + t
             count += run[t] <= threshold
         b = e
@@ -470,7 +473,8 @@ class Lychee(VectorIndex):
         """Per list and code row (residual, then the m directions), `code_bits`-bit codes of the interval
         [lo + c step, lo + (c + 1) step] holding the exact value; lo and step are float32 chosen so that
         the intervals hold in exact arithmetic (lo rounded down, step rounded up, at least `floor`). Codes
-        are stored list after list, each list's (m + 1) x size block row-major."""
+        are stored list after list, each list's (m + 1) x width block row-major, its rows padded with zero
+        codes to a whole number of blocks (width: `block` x the list's blocks)."""
         levels = 2 ** self.code_bits
         rows = full.shape[1]
         nlist = len(self.offsets) - 1
@@ -486,7 +490,13 @@ class Lychee(VectorIndex):
         member_list = np.repeat(np.arange(nlist), np.diff(self.offsets))
         codes = np.floor((full - lo32[member_list]) / step32[member_list])
         codes = np.clip(codes, 0, levels - 1).astype(np.uint8 if self.code_bits == 8 else np.uint16)
-        self.codes = np.concatenate([codes[s0:s1].T.ravel() for s0, s1 in zip(self.offsets[:-1], self.offsets[1:])])
+        sizes = np.diff(self.offsets)
+        self.block_offsets = np.zeros(nlist + 1, np.int64)
+        self.block_offsets[1:] = np.cumsum(-(-sizes // self.block))
+        widths = np.diff(self.block_offsets) * self.block
+        self.codes = np.concatenate([np.zeros(0, codes.dtype)] + [
+            np.pad(codes[s0:s0 + n].T, ((0, 0), (0, width - n))).ravel()
+            for s0, n, width in zip(self.offsets[:-1], sizes, widths)])
         self.code_lo, self.code_step = lo32, step32
 
     def _block_order(self, box_coords: np.ndarray) -> np.ndarray:
@@ -506,15 +516,12 @@ class Lychee(VectorIndex):
     def _box(self, box_rows: int) -> None:
         """Each block's box: the smallest and the largest code of its members in each of the first
         `box_rows` rows, stored list after list as (2 box_rows) x blocks, lows first."""
-        sizes = np.diff(self.offsets)
-        nblocks = -(-sizes // self.block)
-        self.block_offsets = np.zeros(len(sizes) + 1, np.int64)
-        self.block_offsets[1:] = np.cumsum(nblocks)
         rows = self.code_lo.shape[1]
         parts = []
-        for s0, n in zip(self.offsets[:-1], sizes):
+        for b0, b1, n in zip(self.block_offsets[:-1], self.block_offsets[1:], np.diff(self.offsets)):
             if n:
-                head = self.codes[rows * s0:rows * (s0 + n)].reshape(rows, n)[:box_rows]
+                width = (b1 - b0) * self.block
+                head = self.codes[rows * self.block * b0:rows * self.block * b1].reshape(rows, width)[:box_rows, :n]
                 starts = np.arange(0, n, self.block)
                 parts += [np.minimum.reduceat(head, starts, axis=1).ravel(),
                           np.maximum.reduceat(head, starts, axis=1).ravel()]
@@ -575,6 +582,11 @@ class Lychee(VectorIndex):
         return int(np.diff(self.block_offsets).max()) + 1
 
     @property
+    def _members_room(self) -> int:
+        """Room for the bounds of the largest list's members, padded to whole blocks (lb, cand)."""
+        return self.block * self._blocks_room
+
+    @property
     def ntotal(self) -> int:
         return self.ivf.ntotal if self.ivf is not None else 0
 
@@ -585,7 +597,8 @@ class Lychee(VectorIndex):
     @property
     def code_bytes_ratio(self) -> float:
         """Extra memory of the short codes, their per-list scales and the blocks' boxes relative to the
-        full vectors: (m + 1 + 2 box_rows / block) / (4 d) with 8-bit codes."""
+        full vectors: (m + 1 + 2 box_rows / block) / (4 d) with 8-bit codes, plus each list's padding to
+        whole blocks."""
         extra = (self.codes, self.code_lo, self.code_step, self.boxes, self.block_offsets)
         return sum(a.nbytes for a in extra) / self.X.nbytes
 
@@ -608,7 +621,7 @@ class Lychee(VectorIndex):
         numba.set_num_threads(threads)
         _search(xq, self._query_codes(xq), probes, self._probe_distances(xq, probe_sq, probes), self.offsets, self.X,
                 self._screening, self.ids, self.radius, self.anchor_stride, self.list_bound, self.slack,
-                self.sorted_below, out_d, out_i, counts, int(sizes.max()) + 1, self._blocks_room,
+                self.sorted_below, out_d, out_i, counts, self._members_room, self._blocks_room,
                 int(np.where(probes >= 0, sizes[probes], 0).sum(1).max(initial=0)) + 1, max(1, min(nq, 4 * threads)))
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
@@ -640,8 +653,7 @@ class Lychee(VectorIndex):
         if kth.shape != (len(xq),):
             raise InputError(f"kth has shape {kth.shape}, expected ({len(xq)},)")
         _, probes = self.ivf.probe(xq, self.nprobe)
-        size = int(np.diff(self.offsets).max()) + 1
-        lb, cand = np.empty(size, np.float32), np.empty(size, np.int64)
+        lb, cand = np.empty(self._members_room, np.float32), np.empty(self._members_room, np.int64)
         row_offsets = np.zeros(len(xq) + 1, np.int64)
         args = (self._query_codes(xq), probes, self.offsets, self._screening, kth + self.slack, lb, cand,
                 np.empty(self._blocks_room, np.float32))
@@ -655,10 +667,9 @@ class Lychee(VectorIndex):
         """The search's lower bound of every (query, database vector) pair, (nq, ntotal) in database order:
         computed by the same kernel, from the codes (for tests and inspection; O(nq * ntotal))."""
         xq = self._check_query(xq, 1)
-        size = int(np.diff(self.offsets).max()) + 1
         out = np.full((len(xq), self.ntotal), np.nan, np.float32)
-        _all_bounds(self._query_codes(xq), self.offsets, self._screening, np.empty(size, np.float32),
-                    np.empty(size, np.int64), np.empty(self._blocks_room, np.float32), out)
+        _all_bounds(self._query_codes(xq), self.offsets, self._screening, np.empty(self._members_room, np.float32),
+                    np.empty(self._members_room, np.int64), np.empty(self._blocks_room, np.float32), out)
         bounds = np.empty_like(out)
         bounds[:, self.ids] = out
         return bounds
