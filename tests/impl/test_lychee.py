@@ -99,6 +99,19 @@ def test_boxes_drop_only_members_whose_own_bound_is_over(block, box_rows):
     assert 0 < len(rows) < 0.5 * len(xq) * len(xb)
 
 
+@pytest.mark.parametrize("block", [16, 7])
+def test_padding_to_whole_blocks_never_yields_a_member(block):
+    """Code rows are padded to whole blocks: with no threshold every probed member survives once and
+    nothing else does, whatever the pads' bounds."""
+    xb, xq = decaying(1000, 12, 1.0, seed=5), decaying(10, 12, 1.0, seed=6)
+    ivf, ly = pair(xb, nlist=8, block=block)
+    assert (np.diff(ly.offsets) % block).any()  # some lists end in a partial block
+    ly.set_query_params(nprobe=8)
+    rows, offsets = ly.survivors(xq, np.full(len(xq), np.inf, np.float32))
+    for i in range(len(xq)):
+        np.testing.assert_array_equal(rows[offsets[i]:offsets[i + 1]], np.arange(len(xb)))
+
+
 def test_ties_and_duplicates_give_the_same_distances():
     base = decaying(300, 8, 1.0, seed=3)
     xb = np.concatenate([base] * 4)  # every vector four times: ties everywhere
