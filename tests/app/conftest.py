@@ -64,7 +64,8 @@ def fixture_db(tmp_path_factory):
         lychee_run(results, "cpu-box", i, [0.4 * drop, 0.4 * drop, 12.0 * drop, 11.0 * drop], 1.0)
     lychee_run(results, "gpu-box", 0, [0.5, 0.5, 15.0, 14.0], 0.9,  # every gate fails here
                machine_info={"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570", "cuda": "12.8",
-                             "libraries": {"torch": "2.13.0", "faiss-gpu-cu12": "1.15"}})
+                             "libraries": {"torch": "2.13.0", "faiss-gpu-cu12": "1.15"},
+                             "numba_vectors": "full width (AVX-512)"})
     db = root / "fixture.duckdb"
     assert ingest.ingest([results], db=db).ok
     return db

@@ -116,6 +116,7 @@ def test_machines_page(use_db):
     df = frames(run("machines"))[0]
     row = df.set_index("machine").loc["gpu-box"]
     assert row["gpu"] == "NVIDIA H200" and "torch 2.13.0" in row["libraries"]
+    assert row["numba_vectors"] == "full width (AVX-512)"  # which width the compiled kernels used
 
 
 def test_main_navigation_runs(use_db):
