@@ -2,9 +2,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 from claimbench.baselines.ivf_flat import IVFFlat
-from claimbench.impl.lychee import Lychee
+from claimbench.impl.lychee import Lychee, _lane_bounds
 from claimbench.interfaces import InputError
 from claimbench.quality import identical_rows
 
@@ -50,9 +51,9 @@ def test_lower_bound_never_exceeds_true_distance(n, d, m, kind, bits, nlist, see
 @pytest.mark.parametrize("nprobe", [1, 4, 16, 64])
 @pytest.mark.parametrize("decay", [0.0, 1.0, 2.0])
 @pytest.mark.parametrize("knobs", [{}, {"anchor_stride": 8},
-                                   {"anchor_stride": 8, "block": 5, "box_rows": 3, "sorted_below": 0.0,
+                                   {"anchor_stride": 8, "block": 32, "box_rows": 3, "sorted_below": 0.0,
                                     "code_bits": 16}, {"box_rows": 0}],
-                         ids=["closest-list-anchors", "stride-anchors", "small-boxes-memory-order-16-bit", "no-boxes"])
+                         ids=["closest-list-anchors", "stride-anchors", "wide-blocks-memory-order-16-bit", "no-boxes"])
 def test_results_identical_to_ivf_flat(nprobe, decay, knobs):
     xb = decaying(4000, 32, decay, seed=1)
     xq = decaying(100, 32, decay, seed=2)
@@ -83,10 +84,35 @@ def test_survivors_hold_the_result_and_are_no_more_than_lychee_reads():
         ly.survivors(xq, d1[:5, -1])
 
 
-@pytest.mark.parametrize("block, box_rows", [(16, 5), (3, 2), (7, 64), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("rows", [1, 8, 19, 40])
+def test_sixteen_member_bounds_stop_only_when_all_are_over(dtype, rows):
+    """The 16-lane kernel: with a threshold none exceeds it sums every row (as numpy does); it gives up
+    16 members only once all 16 partial sums are over, and never gives up one whose whole bound is under."""
+    rng = np.random.default_rng(rows)
+    stride = 16
+    codes = rng.integers(0, np.iinfo(dtype).max, (3, rows, stride)).astype(dtype)  # three groups, row by row
+    z = rng.uniform(0, np.iinfo(dtype).max, rows).astype(np.float32)
+    w = rng.uniform(0.01, 1.0, rows).astype(np.float32)
+    whole = ((np.maximum(np.abs(codes[1].astype(np.float64) - z[:, None]) - 0.5, 0) * w[:, None]) ** 2).sum(0)
+    lane_bounds = njit(lambda *args: _lane_bounds(*args))  # an intrinsic: callable from compiled code only
+    lb = np.full(48, np.nan, np.float32)
+    assert lane_bounds(codes.ravel(), rows * stride, stride, z, w, np.float32(np.inf), lb, 16)
+    np.testing.assert_allclose(lb[16:32], whole, rtol=1e-5)
+    assert np.isnan(lb[:16]).all() and np.isnan(lb[32:]).all()  # only its own 16
+    for threshold, expected in ((whole.min() * (1 + 1e-3), True), (np.median(whole), True),
+                                (whole.min() * (1 - 1e-3), False)):
+        alive = lane_bounds(codes.ravel(), rows * stride, stride, z, w, np.float32(threshold), lb, 16)
+        assert alive == expected
+        if alive:
+            np.testing.assert_allclose(lb[16:32], whole, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block, box_rows", [(16, 5), (32, 2), (48, 64), (16, 1)])
 def test_boxes_drop_only_members_whose_own_bound_is_over(block, box_rows):
-    """A block's box bound is at most each member's bound: screening with boxes keeps exactly the
-    members whose own code bound is under the threshold (box_rows above m + 1 means all rows)."""
+    """A block's box bound is at most each member's bound, and 16 members given up early are all over:
+    screening keeps exactly the members whose own code bound (every row, no threshold) is under the
+    threshold (box_rows above m + 1 means all rows)."""
     xb, xq = decaying(3000, 24, 1.5, seed=13), decaying(40, 24, 1.5, seed=14)
     ivf, ly = pair(xb, nlist=16, block=block, box_rows=box_rows)
     ly.set_query_params(nprobe=16)
@@ -99,7 +125,7 @@ def test_boxes_drop_only_members_whose_own_bound_is_over(block, box_rows):
     assert 0 < len(rows) < 0.5 * len(xq) * len(xb)
 
 
-@pytest.mark.parametrize("block", [16, 7])
+@pytest.mark.parametrize("block", [16, 32])
 def test_padding_to_whole_blocks_never_yields_a_member(block):
     """Code rows are padded to whole blocks: with no threshold every probed member survives once and
     nothing else does, whatever the pads' bounds."""
@@ -180,8 +206,9 @@ def test_bad_input_is_named():
         Lychee.from_ivf(ivf, xb, code_bits=4)
     with pytest.raises(InputError, match="anchor_stride must be >= 0"):
         Lychee.from_ivf(ivf, xb, anchor_stride=-1)
-    with pytest.raises(InputError, match="block must be >= 1"):
-        Lychee.from_ivf(ivf, xb, block=0)
+    for block in (0, 20):
+        with pytest.raises(InputError, match="block must be a positive multiple of 16"):
+            Lychee.from_ivf(ivf, xb, block=block)
     with pytest.raises(InputError, match="holds 500"):
         Lychee.from_ivf(ivf, xb[:100])
 
