@@ -24,7 +24,8 @@ claimbench._full_vector_width), CHECK_ROWS rows at a time, given up as soon as a
 threshold, the partial sums of the paper's bound over its leading rows being lower bounds themselves
 (rows summed per member, not counting boxes: 167 -> 62 on MiniLM, 34 -> 20 on GloVe; against one
 streaming pass over every row, the search is 1.8x faster on MiniLM and the 960-d set, 1.1-1.3x on the
-others); the k-d order also puts a query's survivors near one another in memory; the closest list's survivors read first in increasing bound (its
+others); the k-d order also puts a query's survivors near one another in memory; the closest list's
+survivors read first in increasing bound (its
 neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read in
 one increasing-bound order, a large pool first reading its k smallest bounds so that the sort covers only
 what that leaves, with software prefetch of the rows ahead (memory order for a list where more than
@@ -121,7 +122,8 @@ def _lane_bounds(typingctx, codes, base, stride, z, w, threshold, lb, t0):
             return builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0)), undef,
                                           first)
         fabs, fma = (cgutils.get_or_insert_function(builder.module, ir.FunctionType(lanes, [lanes] * n),
-                                                    f"llvm.{name}.v{LANES}f32") for name, n in (("fabs", 1), ("fma", 3)))
+                                                    f"llvm.{name}.v{LANES}f32")
+                     for name, n in (("fabs", 1), ("fma", 3)))
         half, zero = ir.Constant(lanes, [0.5] * LANES), ir.Constant(lanes, [0.0] * LANES)
         thresholds = splat(threshold)
         entry = builder.block
