@@ -22,9 +22,9 @@ in pruned blocks); the members of the other blocks bounded 16 at a time, their c
 their 16 sums kept in one vector register (LLVM IR, 512 bits wide where the CPU has AVX-512: see
 claimbench._full_vector_width), CHECK_ROWS rows at a time, given up as soon as all 16 are over the
 threshold, the partial sums of the paper's bound over its leading rows being lower bounds themselves
-(rows summed per member, not counting boxes: 167 -> 62 on MiniLM, 34 -> 20 on GloVe; against one
-streaming pass over every row, the search is 1.8x faster on MiniLM and the 960-d set, 1.1-1.3x on the
-others); the k-d order also puts a query's survivors near one another in memory; the closest list's
+(code rows summed per member at the claim nprobe, after boxes: 170 -> 64 on MiniLM, 30 -> 21 on GloVe;
+against one streaming pass over every row, the search is 1.8x faster on MiniLM and the 960-d set,
+1.1-1.3x on the others); the k-d order also puts a query's survivors near one another in memory; the closest list's
 survivors read first in increasing bound (its
 neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read in
 one increasing-bound order, a large pool first reading its k smallest bounds so that the sort covers only
