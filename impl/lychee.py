@@ -503,21 +503,20 @@ class Lychee(VectorIndex):
         # float32 sums differ from exact ones by ~1e-7 of the squared norms: never prune on that
         self.slack = np.float32(1e-5 * float((self.X.astype(np.float64) ** 2).sum(1).mean()) + 1e-12)
         # a coordinate constant over a list still gets a finite step: its z stays within float32's range
-        self._quantize(full, floor=float(np.sqrt(self.slack)) / 2 ** 10)
-        self._box(box_rows)
+        self._box(self._quantize(full, floor=float(np.sqrt(self.slack)) / 2 ** 10), box_rows)
         member_list = np.repeat(np.arange(ivf.nlist), np.diff(self.offsets))
         dist_to_c = np.sqrt(((self.X.astype(np.float64) - centroids[member_list]) ** 2).sum(1))
         self.radius = np.zeros(ivf.nlist)
         np.maximum.at(self.radius, member_list, dist_to_c)
         self.ivf = ivf
 
-    def _quantize(self, full: np.ndarray, floor: float) -> None:
+    def _quantize(self, full: np.ndarray, floor: float) -> np.ndarray:
         """Per list and code row (residual, then the m directions), `code_bits`-bit codes of the interval
         [lo + c step, lo + (c + 1) step] holding the exact value; lo and step are float32 chosen so that
         the intervals hold in exact arithmetic (lo rounded down, step rounded up, at least `floor`). Codes
         are stored list after list, a list's members padded to whole blocks with copies of its last member
         (a pad never keeps 16 members from being given up early), in groups of 16 members, each group's
-        (m + 1) x 16 codes row after row."""
+        (m + 1) x 16 codes row after row. Returns the codes as (n, m + 1), member after member."""
         levels = 2 ** self.code_bits
         rows = full.shape[1]
         nlist = len(self.offsets) - 1
@@ -541,6 +540,7 @@ class Lychee(VectorIndex):
             np.pad(codes[s0:s0 + n], ((0, width - n), (0, 0)), mode="edge").reshape(-1, LANES, rows)
             .transpose(0, 2, 1).ravel() for s0, n, width in zip(self.offsets[:-1], sizes, widths)])
         self.code_lo, self.code_step = lo32, step32
+        return codes
 
     def _block_order(self, box_coords: np.ndarray) -> np.ndarray:
         """Row order putting each list's members in k-d order over the box coordinates: split at the
@@ -556,16 +556,14 @@ class Lychee(VectorIndex):
         return np.concatenate([np.zeros(0, np.int64)] + [
             part for s0, s1 in zip(self.offsets[:-1], self.offsets[1:]) for part in split(np.arange(s0, s1))])
 
-    def _box(self, box_rows: int) -> None:
-        """Each block's box: the smallest and the largest code of its members in each of the first
-        `box_rows` rows, stored list after list as (2 box_rows) x blocks, lows first."""
-        rows = self.code_lo.shape[1]
+    def _box(self, codes: np.ndarray, box_rows: int) -> None:
+        """Each block's box: the smallest and the largest code (codes: (n, m + 1), from _quantize) of its
+        members in each of the first `box_rows` rows, stored list after list as (2 box_rows) x blocks, lows
+        first."""
         parts = []
-        for b0, b1, n in zip(self.block_offsets[:-1], self.block_offsets[1:], np.diff(self.offsets)):
+        for s0, n in zip(self.offsets[:-1], np.diff(self.offsets)):
             if n:
-                width = (b1 - b0) * self.block
-                head = self.codes[rows * self.block * b0:rows * self.block * b1].reshape(-1, rows, LANES)
-                head = head.transpose(1, 0, 2).reshape(rows, width)[:box_rows, :n]
+                head = codes[s0:s0 + n, :box_rows].T
                 starts = np.arange(0, n, self.block)
                 parts += [np.minimum.reduceat(head, starts, axis=1).ravel(),
                           np.maximum.reduceat(head, starts, axis=1).ravel()]
