@@ -1,9 +1,11 @@
 """Side-by-side timing: method and baseline in one process, interleaved, on the same inputs."""
 from __future__ import annotations
 
+import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 
 
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup: int = 1) -> dict[str, list[float]]:
@@ -22,6 +24,15 @@ def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup:
             fn()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def in_child(fn: Callable, *args):
+    """fn(*args) in a fresh process (spawned: nothing inherited), its result returned. Keeps apart what
+    must not share a process (torch and faiss bring OpenMP runtimes that crash together) and measures a
+    peak RSS of its own. fn must be importable by name (a module-level function of an installed module);
+    a child that cannot import it or dies raises here (BrokenProcessPool) instead of waiting forever."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
 
 
 def median(samples: list[float]) -> float:

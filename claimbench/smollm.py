@@ -8,6 +8,7 @@ here to the rotate-half layout (transformers' GGUF loader does the same).
 from __future__ import annotations
 
 import importlib.util
+import resource
 from functools import lru_cache
 from pathlib import Path
 
@@ -124,6 +125,16 @@ def load(dtype: torch.dtype = torch.float32):
     for p in model.parameters():
         p.requires_grad_(False)
     return model, tokenizer_from_gguf(reader), int(reader.fields["tokenizer.ggml.eos_token_id"].contents())
+
+
+def prefill_peak_rss(tokens: int) -> int:
+    """Peak resident memory, in bytes, of this process after loading the model and prefilling `tokens`
+    random tokens into a cache of that size: run it in a fresh process (measure.in_child)."""
+    model, _, _ = load()
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        model(ids, model.new_cache(capacity=tokens), last_only=True)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 _HF_NAMES = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj", "attention.wv": "self_attn.v_proj",

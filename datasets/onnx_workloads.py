@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from claimbench.impl.tuner import GateSpec
+from claimbench.measure import in_child
 
-from .vectors import cache_dir, in_child
+from .vectors import cache_dir
 
 WORKLOADS = ("minilm-l6", "smollm2-4-layers", "cnn-small", "vit-tiny", "mlp-mixer-tiny")
 

@@ -13,7 +13,6 @@ rebuilt, never used.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import re
 import warnings
@@ -24,6 +23,7 @@ import faiss
 import numpy as np
 
 from claimbench.interfaces import InputError, check_vectors
+from claimbench.measure import in_child
 
 GT_K = 100
 CACHE_ENV = "CLAIMBENCH_CACHE"
@@ -67,13 +67,6 @@ def build_glove(quick: bool):
     x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     base, queries = _holdout(x, 200 if quick else 1000, 100_000 if quick else None, seed=50)
     return base, queries, f"GloVe 6B 50-d word vectors, unit-normalised; {len(queries)} held-out words as queries"
-
-
-def in_child(fn, *args):
-    """Run fn in a fresh process: torch and faiss bring different OpenMP runtimes that crash when
-    they share one, so model work for a dataset happens away from the faiss process."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
 
 
 def _embed(sentences_: list[str]) -> np.ndarray:

@@ -5,9 +5,7 @@ long-context task at 4K as the reference that sparse and compressed methods are 
 CLAIMBENCH_QUICK=1: prefill at 512 and 2K only, fewer decode steps and task samples.
 """
 import copy
-import multiprocessing
 import os
-import resource
 import time
 
 import torch
@@ -79,15 +77,6 @@ def perplexity(forward, ids, window=1024) -> float:
     return float(torch.exp(torch.tensor(nll / count)))
 
 
-def _peak_rss_8k(_):
-    from claimbench import smollm
-    model, _, _ = smollm.load()
-    ids = torch.randint(0, model.config.vocab_size, (1, 8192), generator=torch.Generator().manual_seed(0))
-    with torch.inference_mode():
-        model(ids, model.new_cache(capacity=8192), last_only=True)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 class Throughput:
     params = (["prefill-" + str(n) for n in PREFILL] + [f"decode-{DECODE_CONTEXT}"], IMPLS)
     param_names = ["phase", "implementation"]
@@ -132,8 +121,8 @@ class PeakMemory:
     timeout = 1200
 
     def setup_cache(self):
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            return pool.apply(_peak_rss_8k, (None,))
+        from claimbench import smollm
+        return measure.in_child(smollm.prefill_peak_rss, 8192)
 
     def track_peak_rss_prefill_8k(self, rss):
         return rss
