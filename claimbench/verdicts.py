@@ -79,6 +79,9 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
             passing.append(value)
         detail.append(entry)
 
+    if not any(e["value"] is not None or e.get("gate_value") is not None for e in detail):
+        return Verdict(claim, machine, NOT_MEASURED, gate="not measured" if claim.gate else "none", detail=detail,
+                       reason="the benchmark failed on this machine (see the asv log)")
     gate = "none"
     if claim.gate is not None:
         passed = sum(e["gate_passed"] for e in detail)

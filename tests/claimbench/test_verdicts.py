@@ -65,6 +65,8 @@ def test_gate_failed_partly_and_passed():
     assert "excluded" in partly.reason
     assert V.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0}).gate == "passed"
     assert V.judge(c, measured, None).verdict == V.GATE_FAILED  # an unmeasured gate never passes
+    crashed = V.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
+    assert crashed.verdict == V.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
 
 def test_not_testable_and_not_measured():
