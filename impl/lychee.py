@@ -24,9 +24,8 @@ claimbench._full_vector_width), CHECK_ROWS rows at a time, given up as soon as a
 threshold, the partial sums of the paper's bound over its leading rows being lower bounds themselves
 (code rows summed per member at the claim nprobe, after boxes: 170 -> 64 on MiniLM, 30 -> 21 on GloVe;
 against one streaming pass over every row, the search is 1.8x faster on MiniLM and the 960-d set,
-1.1-1.3x on the others); the k-d order also puts a query's survivors near one another in memory; the closest list's
-survivors read first in increasing bound (its
-neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read in
+1.1-1.3x on the others); the k-d order also puts a query's survivors near one another in memory; the
+closest list's survivors read first in increasing bound (its neighbours tighten the k-th best for every other list), the other lists' survivors pooled and read in
 one increasing-bound order, a large pool first reading its k smallest bounds so that the sort covers only
 what that leaves, with software prefetch of the rows ahead (memory order for a list where more than
 `sorted_below` survives: with a weak bound the sort and the random order cost more than the reads they
@@ -608,7 +607,7 @@ class Lychee(VectorIndex):
         _, probes = ivf.probe(self.X[sample], max(1, ivf.nlist // 16))
         a_q = centered[sample] @ evecs
         choices = np.unique(np.geomspace(1, d, 64).astype(np.int64))
-        unpruned, rows_summed, scanned = np.zeros(len(choices)), np.zeros(len(choices)), 0
+        unpruned, rows_summed = np.zeros(len(choices)), np.zeros(len(choices))
         for i in range(len(sample)):
             members = np.concatenate([np.arange(self.offsets[lst], self.offsets[lst + 1]) for lst in probes[i]
                                       if lst >= 0])
@@ -625,7 +624,6 @@ class Lychee(VectorIndex):
                 over = residual[:, m - 1, None] + directions[:, checks - 2] > kth[i]
                 stop = np.where(over.any(1), checks[over.argmax(1)], m + 1)
                 rows_summed[c] += LANES * np.maximum.reduceat(stop, np.arange(0, len(stop), LANES)).sum()
-            scanned += len(members)
         cost = rows_summed + self.read_cost * d * unpruned
         return int(choices[np.flatnonzero(cost <= NEAR_LEAST * cost.min())[0]])
 
