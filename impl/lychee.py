@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import faiss
 import numba
 import numpy as np
+import threadpoolctl
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
@@ -737,7 +738,10 @@ class Lychee(VectorIndex):
         return out_d, out_i
 
 
-def set_single_thread() -> None:
-    """Both sides single-threaded: faiss's OpenMP and numba's pool."""
-    faiss.omp_set_num_threads(1)
-    numba.set_num_threads(1)
+def set_threads(threads: int) -> None:
+    """Every pool either side runs on, set to `threads`: faiss's OpenMP, numba's, and the BLAS libraries
+    (numpy's and faiss's own OpenBLAS, behind the coarse quantizer's GEMM and Lychee's projection), which
+    otherwise use every core even when faiss's OpenMP is set to one thread."""
+    faiss.omp_set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    threadpoolctl.threadpool_limits(threads)

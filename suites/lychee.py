@@ -14,14 +14,13 @@ are cached.
 """
 import os
 
-import faiss
 import numpy as np
 
 from claimbench import measure, metrics
 from claimbench.baselines.flat import FlatExact
 from claimbench.baselines.ivf_flat import IVFFlat
 from claimbench.datasets import vectors
-from claimbench.impl.lychee import Lychee, set_single_thread
+from claimbench.impl.lychee import Lychee, set_threads
 from claimbench.quality import identical_rows, recall_at_k
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
@@ -60,7 +59,7 @@ def prepare(name: str, quick: bool = QUICK):
 
 def compare(ds, ivf: IVFFlat, lychee: Lychee, nprobe: int, rounds: int = ROUNDS) -> dict:
     """One operating point, both sides single-threaded, interleaved."""
-    set_single_thread()
+    set_threads(1)
     ivf.set_query_params(nprobe=nprobe)
     lychee.set_query_params(nprobe=nprobe)
     q = ds.queries
@@ -171,11 +170,12 @@ def claim_points(name: str) -> dict:
                                      "lychee": lambda: lychee.search(ds.queries, K)}, max(ROUNDS // 2, 2))
         point["speedup_vs_flat"] = measure.ratio(times["flat"], times["lychee"])
         cores = os.cpu_count() or 1
-        faiss.omp_set_num_threads(cores)
+        set_threads(cores)
         lychee.threads = cores
         times = measure.interleaved({"ivf": lambda: ivf.search(ds.queries, K),
                                      "lychee": lambda: lychee.search(ds.queries, K)}, ROUNDS)
         point["speedup_all_cores"] = measure.ratio(times["ivf"], times["lychee"])
+        set_threads(1)
         lychee.threads = 1
         points[target] = point
     return points

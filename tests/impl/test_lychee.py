@@ -1,11 +1,13 @@
+import faiss
 import numpy as np
 import pytest
+import threadpoolctl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
 from claimbench.baselines.ivf_flat import IVFFlat
-from claimbench.impl.lychee import Lychee, _lane_bounds
+from claimbench.impl.lychee import Lychee, _lane_bounds, set_threads
 from claimbench.interfaces import InputError
 from claimbench.quality import identical_rows
 
@@ -159,6 +161,16 @@ def test_multi_thread_equals_single_thread():
     d2, i2 = many.search(xq, 5)
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_array_equal(d1, d2)
+
+
+def test_single_thread_covers_the_blas_pools():
+    before = {info["filepath"]: info["num_threads"] for info in threadpoolctl.threadpool_info()}
+    try:
+        set_threads(1)
+        assert all(info["num_threads"] == 1 for info in threadpoolctl.threadpool_info())
+        assert faiss.omp_get_max_threads() == 1
+    finally:
+        set_threads(max(before.values()))
 
 
 def test_list_bound_and_cost_model_m():
