@@ -15,6 +15,10 @@ class InputError(ValueError):
     """Bad input to a task interface; the message names the problem."""
 
 
+MISSING_ID = -1  # faiss's result for a slot no neighbour fills (a probed list holds fewer than k)
+MISSING_DISTANCE = float(np.finfo(np.float32).max)  # and its distance there (FLT_MAX, not inf)
+
+
 @dataclass
 class SearchCounters:
     """Work done by the last `search` call, summed over its queries."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .interfaces import MISSING_ID
+
 
 def recall_at_k(found_ids: np.ndarray, true_ids: np.ndarray, k: int = 10) -> float:
     """Mean fraction of each query's true k nearest neighbours found among its first k results."""
@@ -16,10 +18,17 @@ def identical_rows(d1: np.ndarray, i1: np.ndarray, d2: np.ndarray, i2: np.ndarra
 
     Same means equal distances position by position (within rtol: the two sides sum in a
     different order), and equal ids except where distances tie, where either id is a right answer.
+    Missing results (id -1, where a probed list holds fewer than k) must be missing at the same
+    positions on both sides with the same pad distance, bit for bit (faiss pads with FLT_MAX).
     """
     assert d1.shape == d2.shape == i1.shape == i2.shape, (d1.shape, d2.shape, i1.shape, i2.shape)
-    scale = np.maximum(np.abs(d1), np.abs(d2)).max(axis=1, keepdims=True) + 1e-30
-    close = (np.abs(d1 - d2) <= rtol * scale).all(axis=1)
+    pad1, pad2 = i1 == MISSING_ID, i2 == MISSING_ID
+    pads_agree = ((pad1 == pad2) & (~pad1 | (d1 == d2))).all(axis=1)
+    real = ~(pad1 | pad2)
+    magnitude = np.where(real, np.maximum(np.abs(d1), np.abs(d2)), 0)
+    scale = magnitude.max(axis=1, keepdims=True) + 1e-30
+    gap = np.abs(np.where(real, d1, 0).astype(np.float64) - np.where(real, d2, 0))
+    close = (gap <= rtol * scale).all(axis=1) & pads_agree
     same = np.empty(len(d1), bool)
     for r in range(len(d1)):
         if not close[r]:
@@ -30,8 +39,8 @@ def identical_rows(d1: np.ndarray, i1: np.ndarray, d2: np.ndarray, i2: np.ndarra
             same[r] = True
             continue
         # ids that differ must sit at the tied tail: distance equal to the k-th distance
-        kth = max(d1[r, -1], d2[r, -1])
+        kth = max(d1[r][real[r]].max(initial=0), d2[r][real[r]].max(initial=0))  # the last real distance
         tail = {i for dd, ii in ((d1[r], i1[r]), (d2[r], i2[r]))
-                for d, i in zip(dd, ii) if abs(d - kth) <= rtol * scale[r, 0]}
+                for d, i in zip(dd, ii) if i != MISSING_ID and abs(d - kth) <= rtol * scale[r, 0]}
         same[r] = diff <= tail
     return same

@@ -48,7 +48,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from claimbench.baselines.ivf_flat import IVFFlat
-from claimbench.interfaces import InputError, SearchCounters, VectorIndex, check_vectors
+from claimbench.interfaces import MISSING_DISTANCE, MISSING_ID, InputError, SearchCounters, VectorIndex, check_vectors
 
 
 @njit(cache=True, nogil=True, fastmath=True, inline="always")
@@ -682,6 +682,7 @@ class Lychee(VectorIndex):
         total = counts.sum(0)
         self.counters = SearchCounters(queries=nq, lists_probed=nq * self.nprobe, lists_skipped=int(total[2]),
                                        vectors_in_probed_lists=int(total[1]), vectors_read_full=int(total[0]))
+        out_d[out_i == MISSING_ID] = MISSING_DISTANCE  # pad as faiss does: identical results include the pads
         return out_d, out_i
 
     def _probe_distances(self, xq: np.ndarray, probe_sq: np.ndarray, probes: np.ndarray) -> np.ndarray:
@@ -734,6 +735,7 @@ class Lychee(VectorIndex):
         out_d = np.empty((len(xq), k), np.float32)
         out_i = np.empty((len(xq), k), np.int64)
         _exact_pass(xq, self.X, self.ids, rows, row_offsets, out_d, out_i)
+        out_d[out_i == MISSING_ID] = MISSING_DISTANCE
         return out_d, out_i
 
 

@@ -235,3 +235,30 @@ def test_identical_on_real_glove_vectors():
         ivf.set_query_params(nprobe=nprobe)
         ly.set_query_params(nprobe=nprobe)
         assert identical_rows(*ivf.search(queries[:100], 10), *ly.search(queries[:100], 10)).all()
+
+
+def test_padding_is_identical_to_faiss_when_probed_lists_hold_fewer_than_k():
+    """A probed list shorter than k: faiss pads with id -1 and FLT_MAX; Lychee must pad the same, bit
+    for bit, and the identical-results check must hold it to that."""
+    xb = decaying(64, 8, 1.0, seed=3)
+    ivf, ly = pair(xb, nlist=16)
+    q = decaying(20, 8, 1.0, seed=4)
+    for index in (ivf, ly):
+        index.set_query_params(nprobe=1)
+    d_ivf, i_ivf = ivf.search(q, 10)
+    d_ly, i_ly = ly.search(q, 10)
+    assert (i_ivf == -1).any(), "the case needs lists shorter than k"
+    np.testing.assert_array_equal(i_ly, i_ivf)
+    np.testing.assert_array_equal(d_ly[i_ly == -1], d_ivf[i_ivf == -1])
+    assert (d_ivf[i_ivf == -1] == np.finfo(np.float32).max).all()
+    assert identical_rows(d_ivf, i_ivf, d_ly, i_ly).all()
+
+
+def test_identical_rows_tells_pads_apart():
+    d = np.array([[1.0, 2.0, np.finfo(np.float32).max]], np.float32)
+    i = np.array([[5, 7, -1]])
+    assert identical_rows(d, i, d.copy(), i.copy()).all()
+    inf_pad = d.copy()
+    inf_pad[0, 2] = np.inf
+    assert not identical_rows(d, i, inf_pad, i.copy()).any()  # inf is not faiss's pad
+    assert not identical_rows(d, i, d.copy(), np.array([[5, 7, 9]])).any()  # a pad against a result
