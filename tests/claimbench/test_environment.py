@@ -32,15 +32,3 @@ def test_environment_record_says_which_vector_width_numba_used(monkeypatch):
     assert environment.describe()["numba_vectors"] == "full width (AVX-512)"
     monkeypatch.delenv("NUMBA_CPU_FEATURES")
     assert environment.describe()["numba_vectors"] == "LLVM's default width"
-
-
-def test_environment_record_fingerprints_the_on_machine_haystack_text(monkeypatch):
-    from claimbench.datasets import longcontext
-    monkeypatch.setattr(longcontext, "haystack_sentences", lambda: ("One sentence here.", "And another one."))
-    digest = environment.describe()["haystack_text"]
-    assert digest["sentences"] == 2 and len(digest["sha256"]) == 64
-
-    def missing():
-        raise FileNotFoundError("too little on-machine text")
-    monkeypatch.setattr(longcontext, "haystack_sentences", missing)
-    assert environment.describe()["haystack_text"] is None

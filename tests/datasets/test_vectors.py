@@ -77,11 +77,10 @@ def test_from_vecs_and_hdf5(tmp_path):
         vectors.from_vecs("bad", tmp_path / "b.fvecs", tmp_path / "q7.fvecs")
 
 
-def test_on_machine_text_yields_sentences():
-    if not text.source_files(("licenses",)):
-        pytest.skip("no Debian license texts on this machine")
+def test_corpus_yields_sentences():
     first = list(zip(range(20), text.sentences(("licenses",))))
     assert len(first) == 20 and all(len(s.split()) >= 6 for _, s in first)
+    assert len(list(text.sentences())) >= 50_500  # the full-size MiniLM corpus needs that many
 
 
 @pytest.mark.model
