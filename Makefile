@@ -4,7 +4,8 @@ PY := $(VENV)/bin/python
 CB := $(VENV)/bin/claimbench
 HOST ?= 127.0.0.1
 PORT ?= 8501
-RESULTS := .asv/results $(wildcard reports/results)
+# full and quick runs land in results of their own; only those that exist when ingest runs
+RESULTS = $$(ls -d .asv/results .asv/results-quick reports/results 2>/dev/null)
 
 .PHONY: run test clean
 

@@ -115,7 +115,8 @@ def claims(version) -> pd.DataFrame:
     for v in latest:
         c = v.claim
         rows.append(dict(paper=c.paper_id, tier=tiers[c.paper_id], claim=c.id, claimed=c.claimed_text,
-                         measured=v.measured, unit=c.unit, machine=v.machine or "(none)",
+                         measured=v.measured, low=v.low, high=v.high, interval=v.interval_text, mode=v.mode or "",
+                         inputs=v.inputs_status or "", unit=c.unit, machine=v.machine or "(none)",
                          verdict=v.verdict, badge=BADGE[v.verdict], gate=v.gate, why=v.reason,
                          conditions=c.conditions, baseline=c.baseline, substitution=c.substitution or "",
                          benchmark=c.benchmark or "", commit=(v.commit_hash or "")[:8],
@@ -128,10 +129,10 @@ def results(version, prefix: str) -> pd.DataFrame:
     """Every result of benchmarks whose name starts with prefix, with run context."""
     def query(con):
         if con is None:
-            return pd.DataFrame(columns=["benchmark", "params", "value", "status", "unit", "direction",
-                                         "machine", "commit", "commit_date"])
+            return pd.DataFrame(columns=["benchmark", "params", "value", "low", "high", "status", "unit", "direction",
+                                         "machine", "mode", "commit", "commit_date"])
         return con.execute(
-            """SELECT x.benchmark, x.params, x.value, x.status, x.unit, x.direction, r.machine,
+            """SELECT x.benchmark, x.params, x.value, x.low, x.high, x.status, x.unit, x.direction, r.machine, r.mode,
                       r.commit_hash AS commit, r.commit_date
                FROM results x JOIN runs r USING (run_id) WHERE starts_with(x.benchmark, ?)
                ORDER BY r.commit_date, x.benchmark, x.params""", [prefix]).df()
@@ -209,23 +210,25 @@ def _natural(column: pd.Series) -> pd.Series:
 
 @st.cache_data(show_spinner=False)
 def tradeoff(version, suite: str) -> pd.DataFrame:
-    """(machine, group, method, quality, speed, gate) per operating point, newest commit per machine."""
+    """(machine, group, method, quality, speed with its 95% interval, gate) per operating point, newest
+    commit per machine."""
     spec = TRADEOFFS[suite]
     df = latest_per_machine(results(version, suite + "."))
     keys = ["machine", spec["group"], spec["point"]]
     quality = df[df["benchmark"] == spec["quality"]].set_index(keys)["value"]
     rows = []
     for method, bench in spec["methods"].items():
-        speed = df[df["benchmark"] == bench].set_index(keys)["value"]
+        speed = df[df["benchmark"] == bench].set_index(keys)[["value", "low", "high"]]
         gate = None
         if method in spec["gated"]:
             gate_bench, minimum = spec["gated"][method]
             gate = df[df["benchmark"] == gate_bench].set_index(keys)["value"] >= minimum
-        for key, value in speed.items():
+        for key, row in speed.iterrows():
             rows.append(dict(machine=key[0], group=key[1], point=key[2], method=method,
-                             quality=quality.get(key), speed=value,
+                             quality=quality.get(key), speed=row["value"], speed_low=row["low"], speed_high=row["high"],
                              gate="none" if gate is None else ("passed" if gate.get(key, False) else "failed")))
-    return pd.DataFrame(rows, columns=["machine", "group", "point", "method", "quality", "speed", "gate"])
+    return pd.DataFrame(rows, columns=["machine", "group", "point", "method", "quality", "speed", "speed_low",
+                                       "speed_high", "gate"])
 
 
 @st.cache_data(show_spinner=False)

@@ -1,5 +1,7 @@
-"""Regression alerts: asv's own step detection over every (benchmark, params, machine) series,
-plus gate failures and verdict flips.
+"""Regression alerts: asv's own step detection over every (benchmark, params, machine, mode,
+inputs) series, plus gate failures and verdict flips. A quick run's results and results on other
+inputs (another corpus, results from before inputs were recorded) are series of their own: they
+never raise an alert against a full run's history.
 
 asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 from asv import step_detect
 
+from . import inputs
 from . import verdicts as V
 from .registry import REPO_ROOT
 
@@ -61,6 +64,8 @@ class Alert:
     after: float | None
     detail: str
     status: str = "open"  # or "acknowledged"
+    mode: str | None = None  # the series' run mode and inputs fingerprint
+    inputs: str | None = None
 
     @property
     def change(self) -> float | None:
@@ -70,7 +75,8 @@ class Alert:
 
     @property
     def alert_id(self) -> str:
-        ident = "|".join(map(str, (self.kind, self.benchmark, self.params, self.machine, self.commit_hash)))
+        ident = "|".join(map(str, (self.kind, self.benchmark, self.params, self.machine, self.commit_hash,
+                                   self.mode, self.inputs)))
         return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 
@@ -113,32 +119,35 @@ def find_regressions(values: list[float], direction: str, threshold: float) -> l
 
 def regressions(con, thresholds: Thresholds) -> list[Alert]:
     rows = con.execute(
-        """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value
+        """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
+                  r.inputs
            FROM results x JOIN runs r USING (run_id)
            WHERE x.value IS NOT NULL AND x.direction IN ('higher', 'lower')
            ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
     series: dict[tuple, list] = {}
-    for bench, params, machine, direction, commit, date, value in rows:
-        series.setdefault((bench, params, machine, direction), []).append((commit, date, value))
+    for bench, params, machine, direction, commit, date, value, mode, recorded in rows:
+        fingerprint = inputs.key(json.loads(recorded or "{}").get(bench.split(".", 1)[0]))
+        series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append((commit, date, value))
     alerts = []
-    for (bench, params, machine, direction), points in series.items():
+    for (bench, params, machine, direction, mode, fingerprint), points in series.items():
         threshold = thresholds.for_benchmark(bench)
         for before, after, v_before, v_after in find_regressions([p[2] for p in points], direction, threshold):
             commit, date, _ = points[after]
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
                                 f"{direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
-                                f"at commit {commit[:8]} (threshold {threshold:.0%})"))
+                                f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)", mode=mode,
+                                inputs=fingerprint))
     return alerts
 
 
 def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:
     alerts = [Alert("gate", v.claim.gate.benchmark, "", v.machine, v.commit_hash, v.commit_date, None, None,
-                    f"{v.claim.key}: {v.reason}")
+                    f"{v.claim.key}: {v.reason}", mode=v.mode, inputs=v.inputs)
               for v in latest if v.gate in ("failed", "partly") and v.claim.gate]
     for f in V.flips(con):
         alerts.append(Alert("flip", f["claim_key"], "", f["machine"], f["commit_hash"], f["commit_date"], None, None,
                             f"{f['claim_key']}: {f['before']} at {f['before_commit'][:8]} -> {f['after']} "
-                            f"at {f['commit_hash'][:8]}"))
+                            f"at {f['commit_hash'][:8]} ({f['mode']} runs)", mode=f["mode"], inputs=f["inputs"]))
     return alerts
 
 
@@ -150,9 +159,9 @@ def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str]
     con.execute("BEGIN")
     con.execute("DELETE FROM alerts")
     if found:
-        con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+        con.executemany("INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
                         [[a.alert_id, a.kind, a.benchmark, a.params, a.machine, a.commit_hash, a.commit_date,
-                          a.before, a.after, a.change, a.detail, a.status] for a in found])
+                          a.before, a.after, a.change, a.detail, a.status, a.mode, a.inputs] for a in found])
     con.execute("COMMIT")
     return found
 

@@ -1,9 +1,16 @@
 """`claimbench ingest`: asv result files (read with asv's own reader) and pytest-benchmark JSON
 into the DuckDB store.
 
-Idempotent: a run is identified by (source, machine, commit, environment); a file whose content
-is unchanged adds nothing, a changed one replaces that run's rows. Atomic per batch: every good
-file lands in one transaction or none does. A bad file is named and skipped; the others land.
+Idempotent: a run is identified by (source, machine, commit, environment, mode); a file whose
+content is unchanged (with its run record and evidence beside it) adds nothing, a changed one
+replaces that run's rows. Atomic per batch: every good file lands in one transaction or none does.
+A bad file is named and skipped; the others land.
+
+Beside an asv results file, `claimbench run` leaves the run record (`<commit>.claimbench.json`:
+mode, each suite's input digests) and the evidence (`<commit>.evidence.jsonl`: each claim's
+interval and samples). A file without them (older runs, other tools) is ingested all the same: mode
+and inputs 'unrecorded', no intervals. asv's own timing statistics give time_ benchmarks a 99%
+interval (ci_99_a, ci_99_b).
 """
 from __future__ import annotations
 
@@ -19,9 +26,13 @@ from pathlib import Path
 import asv.results
 import pyarrow as pa
 
-from . import environment, metrics, store
+from . import environment, evidence, inputs, metrics, runner, store
 
 NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
+
+
+def _is_results(path: Path) -> bool:
+    return path.name not in NOT_RESULTS and not path.name.endswith(runner.RECORD_SUFFIX)
 
 
 @dataclass
@@ -30,7 +41,7 @@ class ParsedRun:
     sha: str
     run: dict
     machine: dict
-    rows: list[tuple]  # (benchmark, params, value, status, unit, direction, stats, samples)
+    rows: list[tuple]  # (benchmark, params, value, status, unit, direction, stats, samples, low, high, interval)
 
 
 @dataclass
@@ -60,8 +71,8 @@ def find_files(paths) -> list[Path]:
         if not p.exists():
             raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
-            found += sorted(f for f in p.rglob("*.json") if f.name not in NOT_RESULTS)
-        elif p.name not in NOT_RESULTS:  # asv's metadata files are read beside the results
+            found += sorted(f for f in p.rglob("*.json") if _is_results(f))
+        elif _is_results(p):  # asv's metadata files and claimbench's run records are read beside the results
             found.append(p)
     return found
 
@@ -129,12 +140,35 @@ def _param_value(text: str):
         return text
 
 
+def _asv_interval(benchmark: str, stat: dict | None) -> tuple[float | None, float | None, str | None]:
+    """asv's own 99% interval of a timing it measured (time_, mem_, peakmem_), where it is finite
+    (asv also computes stats for a track_'s single value: those say nothing)."""
+    if not benchmark.rsplit(".", 1)[-1].startswith(("time_", "mem_", "peakmem_")) or not stat:
+        return None, None, None
+    low, high = stat.get("ci_99_a"), stat.get("ci_99_b")
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return None, None, None
+    return float(low), float(high), json.dumps({"method": "asv ci_99", "confidence": 0.99, "n": stat.get("repeat")})
+
+
+def _interval(record: dict | None) -> tuple[float | None, float | None, str | None, list | None]:
+    if not record:
+        return None, None, None, None
+    meta = {k: record.get(k) for k in ("method", "n", "min_n", "confidence")}
+    return record.get("low"), record.get("high"), json.dumps(meta), record.get("samples") or None
+
+
 def _parse_asv(path: Path, sha: str) -> ParsedRun:
     res = asv.results.Results.load(str(path))  # asv's own reader; raises on wrong api version
     machine_name = res.params.get("machine")
     if not machine_name or not res.commit_hash:
         raise ValueError("asv results without machine name or commit hash")
     meta = _benchmarks_meta(path)
+    record_path = path.parent / f"{res.commit_hash[:8]}{runner.RECORD_SUFFIX}"
+    evidence_path = path.parent / f"{res.commit_hash[:8]}{evidence.SUFFIX}"
+    record = _read_json(record_path) or {}
+    found = evidence.read(evidence_path)
+    sha = hashlib.sha256(b"".join(f.read_bytes() for f in (path, record_path, evidence_path) if f.exists())).hexdigest()
     rows = []
     for key in sorted(res.get_all_result_keys()):
         params = res.get_result_params(key) or []
@@ -156,15 +190,19 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
                 status, value = "skipped", None
             else:
                 status, value = "ok", float(value)
-            rows.append((key, pdict, value, status, unit, direction,
-                         json.dumps(stat) if stat else None,
-                         [float(s) for s in sample] if sample else None))
+            low, high, interval, own_samples = _interval(found.get((key, pdict)) if status == "ok" else None)
+            if interval is None and status == "ok":
+                low, high, interval = _asv_interval(key, stat)
+            samples_ = own_samples or ([float(s) for s in sample] if sample else None)
+            rows.append((key, pdict, value, status, unit, direction, json.dumps(stat) if stat else None,
+                         samples_, low, high, interval))
     machine_dir = path.parent
     machine = _read_json(machine_dir / "machine.json") or {"machine": machine_name}
     env = _read_json(machine_dir / environment.SIDECAR) or {}
     date = datetime.fromtimestamp(res.date / 1000, timezone.utc) if res.date else None
     run = dict(machine=machine_name, commit_hash=res.commit_hash, commit_date=date,
-               env_name=res.env_name, python=res.params.get("python"), source="asv")
+               env_name=res.env_name, python=res.params.get("python"), source="asv",
+               mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
     return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows)
 
 
@@ -182,7 +220,8 @@ def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
             params = json.dumps(b.get("params") or {}, sort_keys=True, default=str)
             stats = {k: st[k] for k in ("min", "max", "mean", "stddev", "q1", "q3", "rounds") if k in st}
             rows.append((name, params, float(st["median"]), "ok", metrics.SECONDS.unit, "lower",
-                         json.dumps(stats), [float(x) for x in st["data"]] if st.get("data") else None))
+                         json.dumps(stats), [float(x) for x in st["data"]] if st.get("data") else None,
+                         None, None, None))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"pytest-benchmark JSON: benchmarks[{i}] malformed ({e!r})") from None
     when = ci.get("time") or data.get("datetime")
@@ -194,7 +233,7 @@ def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
                "arch": mi.get("machine"), "cpu": cpu.get("brand_raw"), "num_cpu": cpu.get("count")}
     run = dict(machine=machine_name, commit_hash=ci.get("id") or "unknown", commit_date=date,
                env_name=f"pytest-benchmark-{mi.get('python_version', '')}",
-               python=mi.get("python_version"), source="pytest-benchmark")
+               python=mi.get("python_version"), source="pytest-benchmark", mode=inputs.UNRECORDED, inputs="{}")
     return ParsedRun(path, sha, run, _machine_record(machine_name, machine, {}), rows)
 
 
@@ -219,14 +258,14 @@ def _machine_record(name: str, machine: dict, env: dict) -> dict:
 
 
 def run_id(run: dict) -> str:
-    ident = "|".join(str(run[k]) for k in ("source", "machine", "commit_hash", "env_name"))
+    ident = "|".join(str(run[k]) for k in ("source", "machine", "commit_hash", "env_name", "mode"))
     return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 
 RESULT_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("benchmark", pa.string()), ("params", pa.string()), ("value", pa.float64()),
     ("status", pa.string()), ("unit", pa.string()), ("direction", pa.string()), ("stats", pa.string()),
-    ("samples", pa.list_(pa.float64())),
+    ("samples", pa.list_(pa.float64())), ("low", pa.float64()), ("high", pa.float64()), ("interval", pa.string()),
 ])
 
 
@@ -245,9 +284,9 @@ def _write(con, parsed: ParsedRun, report: IngestReport) -> None:
                  m["gpu_count"], m["driver"], m["cuda"], m["libraries"], m["info"]])
     con.execute("DELETE FROM results WHERE run_id = ?", [rid])
     r = parsed.run
-    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
                 [rid, r["machine"], r["commit_hash"], r["commit_date"], r["env_name"], r["python"],
-                 r["source"], str(parsed.path), parsed.sha])
+                 r["source"], str(parsed.path), parsed.sha, r["mode"], r["inputs"]])
     if parsed.rows:
         cols = list(zip(*parsed.rows))
         batch = pa.Table.from_arrays([pa.array([rid] * len(parsed.rows))] + [pa.array(c) for c in cols],

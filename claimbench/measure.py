@@ -7,12 +7,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
+from .intervals import Estimate, ratio_of_rounds
+
 
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup: int = 1) -> dict[str, list[float]]:
     """Seconds per call for each entry, alternating entries within every round.
 
-    Alternating spreads slow drifts (thermal, other load) over all sides alike, so the ratio of
-    medians is fairer than timing each side in its own block.
+    Alternating spreads slow drifts (thermal, other load) over all sides alike, and each round's
+    calls ran back to back, so a ratio is taken per round (`ratio`, `ratio_estimate`) rather than
+    between two blocks timed apart.
     """
     for _ in range(warmup):
         for fn in calls.values():
@@ -39,6 +42,12 @@ def median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
+def ratio_estimate(baseline: list[float], method: list[float]) -> Estimate:
+    """How many times faster the method is: the median of per-round baseline / method times, with
+    its 95% interval (claimbench.intervals.ratio_of_rounds)."""
+    return ratio_of_rounds(baseline, method)
+
+
 def ratio(baseline: list[float], method: list[float]) -> float:
-    """How many times faster the method is: median baseline time / median method time."""
-    return median(baseline) / median(method)
+    """ratio_estimate's value: the median of per-round ratios."""
+    return ratio_of_rounds(baseline, method).value

@@ -12,20 +12,28 @@ from .verdicts import Verdict, explain_label
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
 BADGE = {"reproduced": "✓ reproduced", "partly": "◐ partly", "not reproduced": "✗ not reproduced",
-         "gate failed": "⊘ gate failed", "not testable here": "○ not testable here",
+         "inconclusive": "? inconclusive", "gate failed": "⊘ gate failed", "not testable here": "○ not testable here",
          "not measured yet": "… not measured yet"}
 
 
 def measured_text(v: Verdict) -> str:
-    return f"{v.measured:.4g} {v.claim.unit}" if v.measured is not None else "—"
+    """'7.6x [6.5, 8.4]' (the 95% interval), or the value alone where none was recorded."""
+    return v.interval_text or "—"
+
+
+def run_text(v: Verdict) -> str:
+    """'full, current inputs': the mode the verdict is from and whether its inputs are this checkout's."""
+    if v.mode is None:
+        return "—"
+    return f"{v.mode}, {v.inputs_status}"
 
 
 def claims_rows(latest: list[Verdict]) -> list[list[str]]:
     return [[v.claim.paper_id, v.claim.id, v.claim.claimed_text, measured_text(v), v.machine or "—",
-             v.verdict, v.gate, v.reason] for v in latest]
+             v.verdict, v.gate, run_text(v), v.reason] for v in latest]
 
 
-HEADERS = ["paper", "claim", "claimed", "measured", "machine", "verdict", "gate", "why"]
+HEADERS = ["paper", "claim", "claimed", "measured [95% interval]", "machine", "verdict", "gate", "run", "why"]
 
 
 def claims_table(latest: list[Verdict], width: int = 60) -> str:
@@ -55,9 +63,14 @@ def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT /
     for paper in registry.papers:
         for v in by_paper.get(paper.id, []):
             rows.append([f"[{paper.id}]({paper.id}.md)", paper.tier, v.claim.id, v.claim.claimed_text,
-                         measured_text(v), v.machine or "—", BADGE[v.verdict], v.gate])
+                         measured_text(v), v.machine or "—", BADGE[v.verdict], v.gate, run_text(v)])
         written.append(_paper_page(paper, by_paper.get(paper.id, []), out_dir))
-    index.append(_md_table(["paper", "tier", "claim", "claimed", "measured", "machine", "verdict", "gate"], rows))
+    index += ["Measured values carry their 95% interval in brackets (none for results recorded before "
+              "intervals were). `run` is the mode a verdict comes from and whether its inputs are this "
+              "checkout's (`other inputs`: another corpus or trace; `inputs not recorded`: older results, "
+              "not comparable with the current ones).", ""]
+    index.append(_md_table(["paper", "tier", "claim", "claimed", "measured [95% interval]", "machine", "verdict",
+                            "gate", "run"], rows))
     path = out_dir / "index.md"
     path.write_text("\n".join(index) + "\n")
     return [path, *written]
@@ -76,15 +89,16 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
             lines += [f"**Gate:** `{claim.gate.describe()}`", ""]
         if claim.substitution:
             lines += [f"**Measured here instead:** {claim.substitution}", ""]
-        rows = [[v.machine or "—", (v.commit_hash or "")[:8], measured_text(v), BADGE[v.verdict], v.gate, v.reason]
-                for v in verdicts if v.claim.id == claim.id]
-        lines += [_md_table(["machine", "commit", "measured", "verdict", "gate", "why"], rows), ""]
+        rows = [[v.machine or "—", (v.commit_hash or "")[:8], run_text(v), measured_text(v), BADGE[v.verdict], v.gate,
+                 v.reason] for v in verdicts if v.claim.id == claim.id]
+        lines += [_md_table(["machine", "commit", "run", "measured [95% interval]", "verdict", "gate", "why"], rows), ""]
         for v in verdicts:
             if v.claim.id == claim.id and v.detail:
                 lines += [f"Per parameter combination on {v.machine}:", ""]
                 explain = [explain_label(b) for b in claim.explain]
                 detail_rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
-                                "—" if d["value"] is None else f"{d['value']:.4g}",
+                                "—" if d["value"] is None else f"{d['value']:.4g}" + (
+                                    f" [{d['low']:.4g}, {d['high']:.4g}]" if d.get("low") is not None else ""),
                                 d.get("gate_value", ""), {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
                                + ["—" if d["explain"].get(e) is None else f"{d['explain'][e]:.4g}" for e in explain]
                                for d in v.detail]
@@ -96,4 +110,7 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
 
 def verdicts_json(latest: list[Verdict]) -> str:
     return json.dumps([dict(claim=v.claim.key, machine=v.machine, verdict=v.verdict, measured=v.measured,
-                            gate=v.gate, reason=v.reason) for v in latest], indent=2)
+                            interval=None if v.low is None else {"low": v.low, "high": v.high, "confidence": 0.95,
+                                                                  "samples": v.samples},
+                            mode=v.mode, inputs=v.inputs, inputs_status=v.inputs_status, commit=v.commit_hash,
+                            gate=v.gate, reason=v.reason) for v in latest], indent=2, default=str)

@@ -2,7 +2,11 @@
 
 asv only saves results for `--python=same` runs given `--set-commit-hash`, and `--quick` never
 saves; claimbench's quick mode is therefore the suites' own small inputs (CLAIMBENCH_QUICK=1)
-with one round per benchmark, run and saved normally.
+with one round per benchmark, run and saved normally, but into results of its own
+(`asv.quick.conf.json`: `.asv/results-quick/`), so a quick run never overwrites or joins a full
+run's series. Beside asv's file the run leaves, per machine and commit, `<commit>.claimbench.json`
+(the mode, every suite's input digests, the environment) and `<commit>.evidence.jsonl` (the
+intervals and samples behind the claims' numbers, claimbench.evidence), which ingest reads.
 """
 from __future__ import annotations
 
@@ -17,18 +21,36 @@ from pathlib import Path
 
 from asv.machine import Machine, MachineCollection
 
-from . import environment
+from . import environment, evidence, inputs
 from .registry import REPO_ROOT, Registry
 
 QUICK_ENV = "CLAIMBENCH_QUICK"
+CONFIGS = {"full": "asv.conf.json", "quick": "asv.quick.conf.json"}
+MODES = ("full", "quick")
+RECORD_SUFFIX = ".claimbench.json"
 
 
-def asv_config(root: Path = REPO_ROOT) -> dict:
-    return json.loads((root / "asv.conf.json").read_text())
+def asv_config(root: Path = REPO_ROOT, mode: str = "full") -> dict:
+    return json.loads((root / CONFIGS[mode]).read_text())
 
 
-def results_dir(root: Path = REPO_ROOT) -> Path:
-    return root / asv_config(root)["results_dir"]
+def results_dir(root: Path = REPO_ROOT, mode: str = "full") -> Path:
+    return root / asv_config(root, mode)["results_dir"]
+
+
+def write_run_record(machine_dir: Path, commit: str, mode: str, suites_dir: Path) -> Path:
+    """`<commit>.claimbench.json`: the mode, each suite's input digests and the environment of a run;
+    a second run at the same commit (another paper) adds its suites' inputs to the record."""
+    path = machine_dir / f"{commit[:8]}{RECORD_SUFFIX}"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        old = {}
+    record = {"commit": commit, "mode": mode, "inputs": {**old.get("inputs", {}), **inputs.recorded(suites_dir)},
+              "environment": environment.describe()}
+    machine_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def head_commit(root: Path = REPO_ROOT) -> str:
@@ -83,14 +105,17 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     machine = machine or socket.gethostname()
     write_machine_file(machine)
     commit = head_commit(root)
-    cmd = [sys.executable, "-m", "asv", "run", "--python=same", "--set-commit-hash", commit,
-           "--machine", machine, "--show-stderr"]
+    mode = "quick" if quick else "full"
+    machine_dir = results_dir(root, mode) / machine
+    cmd = [sys.executable, "-m", "asv", "run", "--config", str(root / CONFIGS[mode]), "--python=same",
+           "--set-commit-hash", commit, "--machine", machine, "--show-stderr"]
     if quick:
         cmd += ["-a", "rounds=1", "-a", "repeat=(1, 5, 5.0)"]
     for pattern in bench_patterns(registry, paper_ids or []) + (bench or []):
         cmd += ["--bench", pattern]
-    env = {**os.environ, QUICK_ENV: "1" if quick else os.environ.get(QUICK_ENV, "0")}
-    print(f"claimbench: asv run on {machine} at {commit[:8]}{' (quick)' if quick else ''}", flush=True)
+    env = {**os.environ, QUICK_ENV: "1" if quick else "0",
+           evidence.ENV: str(machine_dir / f"{commit[:8]}{evidence.SUFFIX}")}
+    print(f"claimbench: asv run on {machine} at {commit[:8]} ({mode} mode, results in {machine_dir})", flush=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True,
                            text=True).stdout.strip()
     if dirty:
@@ -104,7 +129,8 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
             sys.stdout.flush()
             if _FAILED.search(line) and "···" in line:
                 failed.append(line.split("···")[-1].strip())
-    environment.write_sidecar(results_dir(root) / machine)
+    environment.write_sidecar(machine_dir)
+    write_run_record(machine_dir, commit, mode, root / asv_config(root, mode)["benchmark_dir"])
     if code_stamp(root) != stamp:
         print("claimbench: the code under suites/, impl/, baselines/, datasets/ or claimbench/ changed while asv "
               f"ran; results saved for {commit[:8]} may carry the wrong parameter labels. Commit, then run again.",

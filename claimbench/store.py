@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: runs carry mode and input digests, results their interval
 ENV_DB = "CLAIMBENCH_DB"
 DEFAULT_DB = Path(".claimbench") / "claimbench.duckdb"
 
@@ -26,10 +27,10 @@ CREATE TABLE IF NOT EXISTS machines (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, machine TEXT, commit_hash TEXT, commit_date TIMESTAMP,
     env_name TEXT, python TEXT, source TEXT, source_path TEXT, content_sha TEXT,
-    ingested_at TIMESTAMP);
+    ingested_at TIMESTAMP, mode TEXT, inputs JSON);
 CREATE TABLE IF NOT EXISTS results (
     run_id TEXT, benchmark TEXT, params TEXT, value DOUBLE, status TEXT, unit TEXT,
-    direction TEXT, stats JSON, samples DOUBLE[]);
+    direction TEXT, stats JSON, samples DOUBLE[], low DOUBLE, high DOUBLE, interval JSON);
 CREATE TABLE IF NOT EXISTS papers (
     paper_id TEXT PRIMARY KEY, title TEXT, tier TEXT, task TEXT, suite TEXT, method TEXT,
     baselines TEXT);
@@ -41,11 +42,12 @@ CREATE TABLE IF NOT EXISTS claims (
 CREATE TABLE IF NOT EXISTS verdicts (
     claim_key TEXT, machine TEXT, commit_hash TEXT, commit_date TIMESTAMP, verdict TEXT,
     measured DOUBLE, gate TEXT, reason TEXT, detail JSON, computed_at TIMESTAMP,
-    PRIMARY KEY (claim_key, machine, commit_hash));
+    mode TEXT, inputs TEXT, low DOUBLE, high DOUBLE,
+    PRIMARY KEY (claim_key, machine, commit_hash, mode, inputs));
 CREATE TABLE IF NOT EXISTS alerts (
     alert_id TEXT PRIMARY KEY, kind TEXT, benchmark TEXT, params TEXT, machine TEXT,
     commit_hash TEXT, commit_date TIMESTAMP, before_value DOUBLE, after_value DOUBLE,
-    change DOUBLE, detail TEXT, status TEXT, created_at TIMESTAMP);
+    change DOUBLE, detail TEXT, status TEXT, created_at TIMESTAMP, mode TEXT, inputs TEXT);
 CREATE INDEX IF NOT EXISTS results_run ON results (run_id);
 CREATE INDEX IF NOT EXISTS results_benchmark ON results (benchmark);
 """
@@ -119,8 +121,17 @@ def _migrate(con, path: Path) -> None:
     has_meta = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'").fetchone()[0]
     if has_meta:
-        _check_version(con, path)
-        return
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is not None and int(row[0]) == 1:  # everything in it came from result files: rebuild
+            print(f"claimbench: {path} has schema version 1 (no intervals, modes or input digests); "
+                  "emptied for version 2: run claimbench ingest again", file=sys.stderr)
+            con.execute("BEGIN")
+            for table in ("meta", "machines", "runs", "results", "papers", "claims", "verdicts", "alerts"):
+                con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.execute("COMMIT")
+        else:
+            _check_version(con, path)
+            return
     con.execute("BEGIN")
     con.execute(SCHEMA)
     con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])

@@ -1,13 +1,34 @@
-"""Verdicts: each claim of papers.toml against what each machine measured.
+"""Verdicts: each claim of papers.toml against what each machine measured, with its interval.
 
-reproduced      the measured value reaches the claim (the weaker end of a range), within `tolerance`
-                of the claimed gain over `neutral` (10%: a claimed 1.14x needs 1.126x, -27.7% needs -24.9%)
-partly          better than the baseline (past `neutral`), short of the claim
-not reproduced  no better than the baseline
+The measured value comes with a 95% interval [lo, hi] from the samples it came from
+(claimbench.intervals: rounds of an interleaved timing, items of an accuracy test). "The claim"
+is its weaker end, less `tolerance` of the claimed gain over `neutral` (10%: a claimed 1.14x
+needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower-is-better):
+
+| the interval                                         | value                | verdict         |
+|------------------------------------------------------|----------------------|-----------------|
+| fewer samples than its method needs (min_n)          | any                  | inconclusive    |
+| all of it short of the claim, lo above neutral       | any                  | partly          |
+| all of it short of the claim, lo at or below neutral | any                  | not reproduced  |
+| reaches the claim, lo above neutral                  | reaches the claim    | reproduced      |
+| reaches the claim, lo above neutral                  | short of the claim   | partly          |
+| reaches the claim and neutral (spans both)           | any                  | inconclusive    |
+| claim without a target: lo above neutral             | any                  | reproduced      |
+| claim without a target: hi at or below neutral       | any                  | not reproduced  |
+| claim without a target: spans neutral                | any                  | inconclusive    |
+| none recorded (older results)                        | reaches / past neutral / neither | reproduced / partly / not reproduced, marked "no interval" |
+
+A claim folded over parameter combinations (max or min over datasets) takes the interval of the
+deciding combination; each combination's own is in the detail. Other outcomes:
 gate failed     the method did not pass its quality gate, so its ratio does not count
 not testable    the machine lacks what the claim needs (a GPU, TensorRT), or nothing offline can
                 measure it (the reason says which)
 not measured    no benchmark yet, or no result from this machine
+
+Results are grouped by run mode (full, quick, or unrecorded for older files) and by the digest of
+the inputs their suite read: a history, a flip or a comparison never mixes two groups. A machine's
+latest verdict comes from its full-mode results where it has them (then unrecorded, then quick),
+and says whether its inputs are the checkout's own.
 """
 from __future__ import annotations
 
@@ -15,16 +36,20 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
+from . import inputs
 from .environment import capabilities
-from .registry import Claim, Registry
+from .registry import REPO_ROOT, Claim, Registry
 
 REPRODUCED = "reproduced"
 PARTLY = "partly"
 NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
 GATE_FAILED = "gate failed"
 NOT_TESTABLE = "not testable here"
 NOT_MEASURED = "not measured yet"
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, GATE_FAILED, NOT_TESTABLE, NOT_MEASURED)
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, GATE_FAILED, NOT_TESTABLE, NOT_MEASURED)
+MODE_PREFERENCE = ("full", inputs.UNRECORDED, "quick")
+CURRENT, OTHER_INPUTS, INPUTS_UNRECORDED = "current inputs", "other inputs", "inputs not recorded"
 
 REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
 _FOLD = {"max": max, "min": min, "median": statistics.median, "mean": statistics.fmean}
@@ -41,18 +66,67 @@ class Verdict:
     commit_hash: str | None = None
     commit_date: object = None
     detail: list[dict] = field(default_factory=list)  # one entry per parameter combination
+    low: float | None = None  # the deciding combination's 95% interval
+    high: float | None = None
+    samples: int | None = None  # how many samples the interval rests on
+    mode: str | None = None  # full / quick / unrecorded
+    inputs: str | None = None  # fingerprint of the suite's input digests (claimbench.inputs.key)
+    inputs_status: str | None = None  # current inputs / other inputs / inputs not recorded
+
+    @property
+    def interval_text(self) -> str:
+        """'7.6x [6.5, 8.4]', or the value alone where no interval was recorded."""
+        if self.measured is None:
+            return ""
+        unit = "x" if self.claim.unit == "x" else f" {self.claim.unit}"
+        if self.low is None:
+            return f"{self.measured:.3g}{unit}"
+        return f"{self.measured:.3g}{unit} [{self.low:.3g}, {self.high:.3g}]"
+
+
+def classify(claim: Claim, value: float, low: float | None, high: float | None, enough: bool = True) -> tuple[str, str]:
+    """(verdict, why) by the table in the module docstring."""
+    sign = 1.0 if claim.direction == "higher" else -1.0
+    def past_neutral(v):
+        return sign * (v - claim.neutral) > 0
+    target = claim.target
+    reach = None if target is None else target - sign * claim.tolerance * abs(target - claim.neutral)
+    def reaches(v):
+        return sign * (v - reach) >= 0
+    if low is None or high is None:
+        if target is None:
+            return (REPRODUCED if past_neutral(value) else NOT_REPRODUCED), "no interval"
+        return (REPRODUCED if reaches(value) else PARTLY if past_neutral(value) else NOT_REPRODUCED), "no interval"
+    if not enough:
+        return INCONCLUSIVE, "too few samples for a 95% interval"
+    worst, best = (low, high) if sign > 0 else (high, low)
+    if target is None:
+        if past_neutral(worst):
+            return REPRODUCED, "interval clear of neutral"
+        if not past_neutral(best):
+            return NOT_REPRODUCED, "interval at or below neutral"
+        return INCONCLUSIVE, "interval spans neutral"
+    if not reaches(best):
+        return (PARTLY, "interval short of the claim, clear of neutral") if past_neutral(worst) else (
+            NOT_REPRODUCED, "interval short of the claim")
+    if past_neutral(worst):
+        return (REPRODUCED, "interval clear of neutral") if reaches(value) else (
+            PARTLY, "value short of the claim, interval clear of neutral")
+    return INCONCLUSIVE, "interval spans both neutral and the claim"
 
 
 def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: dict[str, float | None] | None = None,
           caps: set[str] | frozenset = frozenset(), machine: str | None = None,
-          explain_values: dict[str, dict[str, float | None]] | None = None) -> Verdict:
-    """The verdict for one claim on one machine and commit.
+          explain_values: dict[str, dict[str, float | None]] | None = None,
+          intervals: dict[str, dict] | None = None) -> Verdict:
+    """The verdict for one claim on one machine, commit and mode.
 
     measured: params (JSON text) -> value (None = the benchmark failed for that combination),
     or None when the machine has no result for the claim's benchmark.
     gate_values: the gate benchmark's values by the same params.
     explain_values: per benchmark of claim.explain, its values by the same params: shown beside
     every combination, and those of the combination that decides the verdict in its reason.
+    intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded.
     """
     missing = [r for r in claim.requires if r not in caps]
     if not measured:
@@ -65,7 +139,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
 
     detail, passing = [], []
     for params, value in sorted(measured.items()):
-        entry = {"params": json.loads(params), "value": value}
+        entry = {"params": json.loads(params), "value": value, **_interval_fields((intervals or {}).get(params))}
         if claim.explain:
             entry["explain"] = {explain_label(b): (explain_values or {}).get(b, {}).get(params) for b in claim.explain}
         if claim.gate is not None:
@@ -94,23 +168,33 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
                        reason="the benchmark failed on this machine (see the asv log)")
 
     value = _FOLD[claim.fold](passing)
-    better = value > claim.neutral if claim.direction == "higher" else value < claim.neutral
-    target = claim.target
-    if target is None:
-        verdict = REPRODUCED if better else NOT_REPRODUCED
-        reason = f"{'better' if better else 'no better'} than the baseline ({claim.neutral:g})"
+    deciding = next((e for e in detail if e["value"] == value and e.get("gate_passed", True)), {})
+    low, high = deciding.get("low"), deciding.get("high")
+    enough = deciding.get("n") is None or deciding["n"] >= (deciding.get("min_n") or 1)
+    verdict, why = classify(claim, value, low, high, enough)
+    shown = f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None else "")
+    if claim.target is None:
+        reason = f"{shown} {claim.unit}, {why} ({claim.neutral:g})"
     else:
-        slack = claim.tolerance * abs(target - claim.neutral)  # slack on the claimed gain, not the raw value
-        def reaches(v):
-            return v >= target - slack if claim.direction == "higher" else v <= target + slack
-        verdict = REPRODUCED if reaches(value) else PARTLY if better else NOT_REPRODUCED
-        reason = f"{claim.fold} over {len(passing)} combination(s) = {value:.4g} {claim.unit} vs claimed {claim.claimed_text}"
+        reason = f"{claim.fold} over {len(passing)} combination(s) = {shown} {claim.unit} vs claimed {claim.claimed_text}"
         if len(passing) > 1:
-            reason += f"; {sum(map(reaches, passing))} of {len(passing)} reach it"
-        reason += _explained(claim, detail, value)
+            reach = claim.target - (1 if claim.direction == "higher" else -1) * claim.tolerance * abs(claim.target - claim.neutral)
+            hits = sum((v >= reach) if claim.direction == "higher" else (v <= reach) for v in passing)
+            reason += f"; {hits} of {len(passing)} reach it"
+        reason += f"; {why}"
+        if not enough:
+            reason += f" ({deciding['n']} samples, {deciding['min_n']} needed)"
+        reason += _explained(claim, deciding)
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
-    return Verdict(claim, machine, verdict, value, gate, reason, detail=detail)
+    return Verdict(claim, machine, verdict, value, gate, reason, detail=detail, low=low, high=high,
+                   samples=deciding.get("n"))
+
+
+def _interval_fields(found: dict | None) -> dict:
+    if not found or found.get("low") is None:
+        return {}
+    return {k: found.get(k) for k in ("low", "high", "n", "min_n", "method")}
 
 
 def explain_label(benchmark: str) -> str:
@@ -118,26 +202,31 @@ def explain_label(benchmark: str) -> str:
     return benchmark.rsplit(".", 1)[-1].removeprefix("track_").replace("_", " ")
 
 
-def _explained(claim: Claim, detail: list[dict], value: float) -> str:
+def _explained(claim: Claim, deciding: dict) -> str:
     """'; at dataset=glove: pruned fraction 0.65, ...' for the combination whose value decided."""
-    deciding = next((e for e in detail if e["value"] == value and e.get("gate_passed", True)), None)
-    if deciding is None or not deciding.get("explain"):
+    if not deciding.get("explain"):
         return ""
     where = ", ".join(f"{k}={x}" for k, x in deciding["params"].items())
     values = ", ".join(f"{k} {x:.3g}" for k, x in deciding["explain"].items() if x is not None)
     return f"; at {where}: {values}" if values else ""
 
 
-def _series(con, benchmark: str) -> dict[tuple[str, str], dict]:
-    """(machine, commit) -> {'date': ..., 'values': {params: value}} for one benchmark."""
+def _series(con, benchmark: str) -> dict[tuple[str, str, str, str], dict]:
+    """(machine, commit, mode, inputs fingerprint) -> {'date', 'values': {params: value},
+    'intervals': {params: {...}}} for one benchmark, oldest commit first."""
+    suite = benchmark.split(".", 1)[0]
     rows = con.execute(
-        """SELECT r.machine, r.commit_hash, r.commit_date, x.params, x.value
+        """SELECT r.machine, r.commit_hash, r.commit_date, r.mode, r.inputs, x.params, x.value, x.low, x.high,
+                  x.interval
            FROM results x JOIN runs r USING (run_id) WHERE x.benchmark = ? AND x.status != 'skipped'
            ORDER BY r.commit_date NULLS FIRST, r.ingested_at""", [benchmark]).fetchall()
-    out: dict[tuple[str, str], dict] = {}
-    for machine, commit, date, params, value in rows:
-        entry = out.setdefault((machine, commit), {"date": date, "values": {}})
+    out: dict[tuple[str, str, str, str], dict] = {}
+    for machine, commit, date, mode, recorded, params, value, low, high, interval in rows:
+        key = (machine, commit, mode or inputs.UNRECORDED, inputs.key(json.loads(recorded or "{}").get(suite)))
+        entry = out.setdefault(key, {"date": date, "values": {}, "intervals": {}})
         entry["values"][params] = value
+        if low is not None:
+            entry["intervals"][params] = {"low": low, "high": high, **json.loads(interval or "{}")}
     return out
 
 
@@ -146,27 +235,45 @@ def machines(con) -> dict[str, set[str]]:
     return {m: capabilities({"gpu_count": g, "libraries": json.loads(libs or "{}")}) for m, g, libs in rows}
 
 
+def inputs_status(suite: str, fingerprint: str, current: dict[str, str]) -> str:
+    if fingerprint == inputs.UNRECORDED:
+        return INPUTS_UNRECORDED
+    return CURRENT if current.get(suite) == fingerprint else OTHER_INPUTS
+
+
+def current_inputs() -> dict[str, str]:
+    """suite -> fingerprint of the inputs this checkout's suites read (what a run here would record)."""
+    return {suite: inputs.key(d) for suite, d in inputs.recorded(REPO_ROOT / "suites").items()}
+
+
 def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict]:
     """Latest verdict per (claim, machine); with store_history, every commit's verdict is upserted."""
     known = machines(con) if con is not None else {}
+    current = current_inputs()
     latest: list[Verdict] = []
     history: list[Verdict] = []
     for claim in registry.claims:
         series = _series(con, claim.benchmark) if (con is not None and claim.benchmark) else {}
         gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
         explains = {b: _series(con, b) for b in claim.explain} if series else {}
+        suite = claim.benchmark.split(".", 1)[0] if claim.benchmark else ""
         for machine, caps in (known.items() or [(None, set())]):
-            commits = [(c, e) for (m, c), e in series.items() if m == machine]
-            if not commits:
+            runs = [(key, e) for key, e in series.items() if key[0] == machine]
+            if not runs:
                 latest.append(judge(claim, None, caps=caps, machine=machine))
                 continue
-            for commit, entry in commits:
-                gate_entry = gates.get((machine, commit), {}).get("values")
-                explain = {b: e.get((machine, commit), {}).get("values", {}) for b, e in explains.items()}
-                v = judge(claim, entry["values"], gate_entry, caps, machine, explain)
-                v.commit_hash, v.commit_date = commit, entry["date"]
-                history.append(v)
-            latest.append(history[-1])
+            mine = []
+            for key, entry in runs:
+                _, commit, mode, fingerprint = key
+                gate_entry = gates.get(key, {}).get("values")
+                explain = {b: e.get(key, {}).get("values", {}) for b, e in explains.items()}
+                v = judge(claim, entry["values"], gate_entry, caps, machine, explain, entry["intervals"])
+                v.commit_hash, v.commit_date, v.mode, v.inputs = commit, entry["date"], mode, fingerprint
+                v.inputs_status = inputs_status(suite, fingerprint, current)
+                mine.append(v)
+            history += mine
+            latest.append(min(reversed(mine), key=lambda v: MODE_PREFERENCE.index(v.mode)
+                              if v.mode in MODE_PREFERENCE else len(MODE_PREFERENCE)))
     if store_history and history and not _read_only(con):
         _store(con, history)
     return latest
@@ -183,9 +290,9 @@ def _store(con, history: list[Verdict]) -> None:
     if not history:
         return
     con.executemany(
-        "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())",
+        "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?, ?, ?)",
         [[v.claim.key, v.machine, v.commit_hash, v.commit_date, v.verdict, v.measured, v.gate, v.reason,
-          json.dumps(v.detail, default=str)] for v in history])
+          json.dumps(v.detail, default=str), v.mode, v.inputs, v.low, v.high] for v in history])
 
 
 def sync_registry(con, registry: Registry) -> None:
@@ -206,18 +313,20 @@ def sync_registry(con, registry: Registry) -> None:
 
 
 def flips(con) -> list[dict]:
-    """Claims reproduced at an earlier commit on a machine and not at its latest commit."""
+    """Claims reproduced at an earlier commit on a machine and not at its latest commit, within one
+    mode and one set of inputs (a quick run or other inputs never flip a full run's verdict)."""
     rows = con.execute(
-        """SELECT claim_key, machine, commit_hash, commit_date, verdict FROM verdicts
+        """SELECT claim_key, machine, mode, inputs, commit_hash, commit_date, verdict FROM verdicts
            ORDER BY claim_key, machine, commit_date NULLS FIRST, computed_at""").fetchall()
     history: dict[tuple, list] = {}
-    for claim_key, machine, commit, date, verdict in rows:
-        history.setdefault((claim_key, machine), []).append((commit, date, verdict))
+    for claim_key, machine, mode, fingerprint, commit, date, verdict in rows:
+        history.setdefault((claim_key, machine, mode, fingerprint), []).append((commit, date, verdict))
     out = []
-    for (claim_key, machine), seq in history.items():
+    for (claim_key, machine, mode, fingerprint), seq in history.items():
         commit, date, verdict = seq[-1]
         last_good = [c for c, _, v in seq[:-1] if v == REPRODUCED]
         if verdict != REPRODUCED and last_good:
             out.append(dict(claim_key=claim_key, machine=machine, commit_hash=commit, commit_date=date,
-                            before=REPRODUCED, after=verdict, before_commit=last_good[-1]))
+                            before=REPRODUCED, after=verdict, before_commit=last_good[-1], mode=mode,
+                            inputs=fingerprint))
     return out

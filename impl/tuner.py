@@ -171,7 +171,7 @@ def _compare(backend, workload, routes, workdir, repeats, queue):
                 start = time.perf_counter()
                 backend.run(engine, feeds)
                 t.append(time.perf_counter() - start)
-        queue.put(("ok", [float(np.median(t)) for t in times], None, None, ""))
+        queue.put(("ok", times, None, None, ""))
     except Exception as e:  # noqa: BLE001
         queue.put(("error", None, None, None, f"{type(e).__name__}: {e}"))
 
@@ -230,12 +230,12 @@ class Tuner:
         child.join(30)
         return result
 
-    def compare(self, routes: list[dict]) -> list[float]:
-        """Median latency of each route, built in one child and timed interleaved (the claim's ratio)."""
-        status, latencies, _, _, error = self._in_child(_compare, routes)
+    def compare(self, routes: list[dict]) -> list[list[float]]:
+        """Each route's latencies, one per interleaved round, all built in one child (the claim's ratio)."""
+        status, rounds, _, _, error = self._in_child(_compare, routes)
         if status != "ok":
             raise RuntimeError(f"interleaved comparison failed ({status}): {error}")
-        return latencies
+        return rounds
 
     def try_route(self, route: dict) -> RouteResult:
         status, latency, gate_out, held, error = self._in_child(_measure, route)
@@ -281,12 +281,15 @@ class Tuner:
         default = done.get(route_key(default_route(knobs)))
         passing = sorted((r for r in done.values() if r.passed and r.latency_s), key=lambda r: r.latency_s)
         finalists = [r for r in passing if r is not default][: self.finalists]
-        winner, interleaved = None, None
+        winner, interleaved, rounds = None, None, None
         if default and default.passed:  # routes timed in separate children are noisy: decide in one
-            latencies = self.compare([default.route] + [r.route for r in finalists])
+            rounds_all = self.compare([default.route] + [r.route for r in finalists])
+            latencies = [float(np.median(t)) for t in rounds_all]
             best = min(range(len(latencies)), key=latencies.__getitem__)
             winner = ([default] + finalists)[best]
             interleaved = (latencies[0], latencies[best])
+            rounds = (rounds_all[0], rounds_all[best])
             progress("  finalists re-timed interleaved: " + ", ".join(
                 f"{lat * 1e3:.2f} ms" for lat in latencies) + f"; winner {route_key(winner.route)}")
-        return {"default": default, "winner": winner, "tried": list(done.values()), "interleaved": interleaved}
+        return {"default": default, "winner": winner, "tried": list(done.values()), "interleaved": interleaved,
+                "rounds": rounds}

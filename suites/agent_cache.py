@@ -13,12 +13,13 @@ Pass rates on real agent benchmarks need a strong LLM: not testable offline.
 """
 import os
 
-from claimbench import agentcost, metrics
+from claimbench import agentcost, evidence, intervals, metrics
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
 from claimbench.datasets import agent_trajectories as AT
 from claimbench.impl.agent_cache import KVDrop
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+INPUTS = ("corpus", "smollm2-135m")  # tool outputs' filler text; the gate's model
 WINDOW = 128_000
 TASKS = 10 if QUICK else 50
 PROVIDERS = [p.name for p in agentcost.load_prices()]
@@ -29,17 +30,19 @@ SESSIONS = 1 if QUICK else 10
 
 
 def costs(policies: dict, tasks: int = TASKS) -> dict:
-    """Mean cost per task and mean cache-read share, per (policy, provider)."""
+    """Per (policy, provider): [mean cost per task, mean cache-read share, cost per task, share per
+    task] (tasks in seed order, the same trajectories for every policy)."""
     prices = agentcost.load_prices()
-    out = {}
+    per_task = {}
     for seed in range(tasks):
         traj = AT.generate(AT.GeneratorParams(), seed)
         for name, policy in policies.items():
             s = agentcost.summarize(policy, traj, prices, WINDOW)
             for p in prices:
-                cost, share = out.setdefault((name, p.name), [0.0, 0.0])[:2], s.read_share(p.name)
-                out[name, p.name] = [cost[0] + s.cost[p.name]["total"] / tasks, cost[1] + share / tasks]
-    return out
+                cost, share = per_task.setdefault((name, p.name), ([], []))
+                cost.append(s.cost[p.name]["total"])
+                share.append(s.read_share(p.name))
+    return {key: [sum(c) / tasks, sum(sh) / tasks, c, sh] for key, (c, sh) in per_task.items()}
 
 
 class Cost:
@@ -136,15 +139,21 @@ class Claim:
         return {"cost": costs({k: POLICIES[k] for k in ("full-history", "threshold-summarization", "kv-drop")}),
                 "accuracy": session_accuracy()}
 
+    @evidence.estimate
     def track_cost_change_vs_summarization(self, r, provider):
+        """100 x (KV drop's mean cost / summarization's - 1), paired bootstrap over the same tasks."""
         if self.track_recent_accuracy_vs_full(r, provider) < GATE:
             raise AssertionError("KV drop lost accuracy on recent tool outputs: its cost does not count")
         c = r["cost"]
-        return 100 * (c["kv-drop", provider][0] / c["threshold-summarization", provider][0] - 1)
+        pairs = list(zip(c["kv-drop", provider][2], c["threshold-summarization", provider][2]))
+        return intervals.bootstrap(pairs, lambda xs: 100 * (sum(a for a, _ in xs) / sum(b for _, b in xs) - 1),
+                                   [100 * (a / b - 1) for a, b in pairs])
     track_cost_change_vs_summarization.unit = metrics.PERCENT_CHANGE.unit
 
+    @evidence.estimate
     def track_cache_read_share_full_history(self, r, provider):
-        return 100 * r["cost"]["full-history", provider][1]
+        shares = r["cost"]["full-history", provider][3]
+        return intervals.bootstrap(shares, lambda xs: 100 * sum(xs) / len(xs), [100 * x for x in shares])
     track_cache_read_share_full_history.unit = metrics.PERCENT_SHARE.unit
 
     def track_recent_accuracy_vs_full(self, r, provider):

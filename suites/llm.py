@@ -16,6 +16,7 @@ from claimbench import measure, metrics
 from claimbench.datasets import longcontext as LC
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+INPUTS = ("corpus", "smollm2-135m")
 PREFILL = [512, 2048] + ([] if QUICK else [8192])
 DECODE_CONTEXT, DECODE_STEPS = 2048, 8 if QUICK else 32
 TASK_LENGTH, TASK_SAMPLES = 4096, 1 if QUICK else 5

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from claimbench import measure, metrics
+from claimbench import evidence, intervals, measure, metrics
 from claimbench.baselines.storage_io import ALIGN, AlignedArena, ReadRequest, SyncPread, ThreadPoolPread
-from claimbench.datasets import vectors
+from claimbench.datasets import traces, vectors
 from claimbench.impl.ugds import IoUringBatched
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
@@ -31,7 +31,8 @@ FILE_BYTES = (256 if QUICK else 1024) << 20
 SIZES = [4096, 1 << 20] if QUICK else [4096, 64 << 10, 1 << 20, 16 << 20]
 DEPTHS = [1, 32] if QUICK else [1, 8, 32, 64]
 PATHS = ["sync-pread", "thread-pool", "io-uring-batched", "io-uring-unregistered"]
-TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "mooncake" / "conversation_trace.jsonl"
+ROUNDS = 6 if QUICK else 7  # interleaved rounds of the claim's ratios (6: the fewest a 95% interval needs)
+INPUTS = ("mooncake-conversation",)
 
 
 def data_file() -> Path:
@@ -163,8 +164,8 @@ def write_point(path: str, target: Path, count: int = 2048, depth: int = 32) -> 
     return count / wall, same
 
 
-def write_latency(path: Path, ordered: bool, threads: int, writes: int = 200) -> float:
-    """Median latency of 4 KiB O_DIRECT|O_DSYNC writes from `threads` issuers; ordered = one global
+def write_latency(path: Path, ordered: bool, threads: int, writes: int = 200) -> list[float]:
+    """Latencies of 4 KiB O_DIRECT|O_DSYNC writes from `threads` issuers; ordered = one global
     lock around every request (the totally ordered control path), unordered = independent issuers."""
     lock = threading.Lock()
     latencies, arena = [], AlignedArena(4096, threads)
@@ -186,31 +187,28 @@ def write_latency(path: Path, ordered: bool, threads: int, writes: int = 200) ->
         w.start()
     for w in workers:
         w.join()
-    return statistics.median(latencies)
+    return latencies
 
 
-def ttft(trace: Path, seconds_per_block: dict[str, float], prefill_tokens_per_s: float, min_input: int = 8192,
-         requests: int | None = None) -> dict[str, tuple[float, float]]:
-    """(median, P95) TTFT of long prompts per read path: cached prefix blocks are read from disk,
-    the rest is prefilled. The prefix cache keeps every block it has seen (one hour of trace)."""
+def ttft(requests, seconds_per_block: dict[str, float], prefill_tokens_per_s: float,
+         min_input: int = 8192) -> dict[str, tuple[float, float]]:
+    """(median, P95) TTFT of long prompts per read path, over trace requests (dicts in the
+    Mooncake format): cached prefix blocks are read from disk, the rest is prefilled. The prefix
+    cache keeps every block it has seen (one hour of trace)."""
     seen, per_path = set(), {p: [] for p in seconds_per_block}
     per_path["recompute"] = []
-    with open(trace) as f:
-        for n, line in enumerate(f):
-            if requests is not None and n >= requests:
-                break
-            req = json.loads(line)
-            blocks = req["hash_ids"]
-            hit = 0
-            while hit < len(blocks) and blocks[hit] in seen:
-                hit += 1
-            seen.update(blocks)
-            if req["input_length"] < min_input:
-                continue
-            uncached = max(req["input_length"] - hit * 512, 1)
-            for p, s in seconds_per_block.items():
-                per_path[p].append(hit * s + uncached / prefill_tokens_per_s)
-            per_path["recompute"].append(req["input_length"] / prefill_tokens_per_s)
+    for req in requests:
+        blocks = req["hash_ids"]
+        hit = 0
+        while hit < len(blocks) and blocks[hit] in seen:
+            hit += 1
+        seen.update(blocks)
+        if req["input_length"] < min_input:
+            continue
+        uncached = max(req["input_length"] - hit * 512, 1)
+        for p, s in seconds_per_block.items():
+            per_path[p].append(hit * s + uncached / prefill_tokens_per_s)
+        per_path["recompute"].append(req["input_length"] / prefill_tokens_per_s)
     def p95(v):
         return statistics.quantiles(v, n=20)[-1] if len(v) > 1 else v[0]
     return {p: (statistics.median(v), p95(v)) for p, v in per_path.items() if v}
@@ -245,28 +243,34 @@ class Claim:
         path = data_file()
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
         iops = {"sync-pread": [], "io-uring-batched": []}
-        for _ in range(3):  # interleaved rounds, same requests
+        for _ in range(ROUNDS):  # interleaved rounds, same requests
             for p in iops:
                 iops[p].append(read_point(fd, p, 4096, 1 if p == "sync-pread" else 32, 16 << 20)["iops"])
-        uring, sync = measure.median(iops["io-uring-batched"]), measure.median(iops["sync-pread"])
-        out = {"speedup": uring / sync, "identical": identical_bytes(fd), "uring_iops": uring,
+        # IOPS are inverse times: per round, uring / sync IOPS is sync time / uring time
+        speedup = measure.ratio_estimate(iops["io-uring-batched"], iops["sync-pread"])
+        out = {"speedup": speedup, "identical": identical_bytes(fd), "uring_iops": measure.median(iops["io-uring-batched"]),
                "fio": fio_iops(path, 32, 3 if QUICK else 10)}
-        blocks = {p: block_read_seconds(fd, p) for p in ("sync-pread", "io-uring-batched")}
+        rounds = {"sync-pread": [], "io-uring-batched": []}  # TTFT medians per round of block-read timings
+        requests = list(traces.requests(limit=3000 if QUICK else None))
+        for _ in range(ROUNDS):
+            blocks = {p: block_read_seconds(fd, p) for p in rounds}
+            result = ttft(requests, blocks, GPU_PREFILL_TOKENS_PER_S)
+            for p in rounds:
+                rounds[p].append(result[p][0])
         os.close(fd)
-        result = ttft(TRACE, blocks, GPU_PREFILL_TOKENS_PER_S, requests=3000 if QUICK else None)
-        out["ttft"] = result
-        out["ttft_ratio"] = result["sync-pread"][0] / result["io-uring-batched"][0]
+        out["ttft"] = result  # the last round's (median, P95) per path
+        out["ttft_ratio"] = measure.ratio_estimate(rounds["sync-pread"], rounds["io-uring-batched"])
         with tempfile.TemporaryDirectory(dir=vectors.cache_dir()) as tmp:
             target = Path(tmp) / "writes.bin"
             target.write_bytes(b"\0" * (2 * 200 * ALIGN))
             out["write"] = {(o, t): write_latency(target, o, t) for o in (True, False) for t in (1, 2)}
             target.write_bytes(b"\0" * (64 << 20))
             writes = {"sync-pread": [], "io-uring-batched": []}
-            for _ in range(3):  # interleaved rounds
+            for _ in range(ROUNDS):  # interleaved rounds
                 for p in writes:
                     writes[p].append(write_point(p, target))
-            out["write_speedup"] = (measure.median([w[0] for w in writes["io-uring-batched"]])
-                                    / measure.median([w[0] for w in writes["sync-pread"]]))
+            out["write_speedup"] = measure.ratio_estimate([w[0] for w in writes["io-uring-batched"]],
+                                                          [w[0] for w in writes["sync-pread"]])
             out["write_identical"] = all(w[1] for ws in writes.values() for w in ws)
         return out
 
@@ -275,10 +279,12 @@ class Claim:
             raise AssertionError(f"read paths disagree on {1 - r['identical']:.2%} of reads")
         return r[key]
 
+    @evidence.estimate
     def track_batch_read_speedup_4k(self, r):
         return self._gated(r, "speedup")
     track_batch_read_speedup_4k.unit = metrics.SPEEDUP.unit
 
+    @evidence.estimate
     def track_batch_write_speedup_4k(self, r):
         if not r["write_identical"]:
             raise AssertionError("bytes written through a path did not read back identical")
@@ -305,11 +311,15 @@ class Claim:
         return r["fio"]
     track_fio_iops_qd32.unit = metrics.IOPS.unit
 
+    @evidence.estimate
     def track_sync_write_latency_change_2_threads(self, r):
+        """100 x (median unordered latency / median ordered - 1), two issuers; bootstrap of the latencies."""
         w = r["write"]
-        return 100 * (w[False, 2] / w[True, 2] - 1)
+        return intervals.unpaired(w[False, 2], w[True, 2],
+                                  lambda a, b: 100 * (statistics.median(a) / statistics.median(b) - 1))
     track_sync_write_latency_change_2_threads.unit = metrics.PERCENT_CHANGE.unit
 
+    @evidence.estimate
     def track_ttft_ratio(self, r):
         return self._gated(r, "ttft_ratio")
     track_ttft_ratio.unit = metrics.SPEEDUP.unit

@@ -6,8 +6,10 @@ from claimbench.app import queries, views
 
 version = queries.db_version()
 st.title("Claims vs measured")
-st.caption("Each paper's headline claim beside what this project measured, per machine. A ratio counts "
-           "only when the method passes its quality gate.")
+st.caption("Each paper's headline claim beside what this project measured, per machine, with the 95% interval "
+           "of the measured value in brackets. A ratio counts only when the method passes its quality gate; "
+           "'inconclusive' means the interval spans both the baseline and the claim. `run`: the mode the verdict "
+           "comes from (full runs preferred) and whether its inputs are this checkout's.")
 views.empty_notice(queries.has_results(version))
 df = queries.claims(version)
 
@@ -21,10 +23,10 @@ for column, chosen in (("paper", paper), ("tier", tier), ("machine", machine), (
     if chosen:
         shown = shown[shown[column].isin(chosen)]
 
-table = shown[["paper", "tier", "claim", "claimed", "measured", "unit", "machine", "badge", "gate", "why",
+table = shown[["paper", "tier", "claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
                "conditions", "substitution", "commit"]]
 st.dataframe(table, hide_index=True, width="stretch",
-             column_config={"measured": st.column_config.NumberColumn(format="%.4g"),
+             column_config={"interval": st.column_config.TextColumn("measured [95% interval]"),
                             "why": st.column_config.TextColumn(width="large"), **views.BADGE_COLUMN})
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(

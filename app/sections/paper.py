@@ -21,8 +21,9 @@ views.empty_notice(queries.has_results(version))
 claims = queries.claims(version)
 claims = claims[claims["paper"] == paper_id]
 st.subheader("Claims")
-st.dataframe(claims[["claim", "claimed", "measured", "unit", "machine", "badge", "gate", "why", "substitution"]],
-             hide_index=True, width="stretch", column_config=views.BADGE_COLUMN)
+st.dataframe(claims[["claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
+                     "substitution"]], hide_index=True, width="stretch",
+             column_config={"interval": st.column_config.TextColumn("measured [95% interval]"), **views.BADGE_COLUMN})
 
 if not paper["suite"]:
     st.info("No suite for this paper yet: its claims are listed as not measured.")
@@ -34,14 +35,16 @@ if paper["suite"] in queries.TRADEOFFS:
     if not points.empty:
         st.subheader("Method vs baselines: trade-off")
         st.caption(f"{spec['quality_label']} vs {spec['speed_label']}, one point per {spec['point']}; "
-                   "the Pareto front per machine is drawn large; a point whose gate failed is a cross.")
+                   "the Pareto front per machine is drawn large; a point whose gate failed is a cross; "
+                   "bars: the 95% interval of the speed over interleaved rounds, where it was recorded.")
         points = points.assign(pareto=queries.pareto(points))
         base = alt.Chart(points).encode(
             x=alt.X("quality:Q", title=spec["quality_label"], scale=alt.Scale(zero=False)),
             y=alt.Y("speed:Q", title=spec["speed_label"], scale=alt.Scale(type="log")),
             color=alt.Color("method:N"), detail="machine:N",
-            tooltip=["machine", "group", "point", "method", "quality", "speed", "gate"])
-        chart = (base.mark_line(opacity=0.4) + base.mark_point(filled=True).encode(
+            tooltip=["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"])
+        chart = (base.mark_line(opacity=0.4) + base.mark_rule().encode(y="speed_low:Q", y2="speed_high:Q")
+                 + base.mark_point(filled=True).encode(
             shape=alt.condition("datum.gate == 'failed'", alt.value("cross"), alt.value("circle")),
             size=alt.condition("datum.pareto", alt.value(120), alt.value(40)),
         )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
@@ -80,11 +83,14 @@ if not history.empty:
     st.subheader(f"`{chosen}` over commits")
     alerts = queries.alerts(version)
     alerts = alerts[(alerts["benchmark"] == chosen) & (alerts["kind"] == "regression")]
-    line = alt.Chart(history).mark_line(point=True).encode(
+    st.caption("One line per parameter combination, machine and run mode (quick and full runs are separate "
+               "series); bars: 95% intervals where they were recorded.")
+    history = history.assign(series=history["machine"] + " · " + history["mode"].fillna("unrecorded"))
+    chart = alt.Chart(history).encode(
         x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title=history["unit"].iloc[0]),
-        color=alt.Color("params:N", title="params"), strokeDash="machine:N",
-        tooltip=["machine", "commit", "params", "value", "status"])
-    layers = line
+        color=alt.Color("params:N", title="params"), strokeDash=alt.StrokeDash("series:N", title="machine · mode"),
+        detail="series:N", tooltip=["machine", "mode", "commit", "params", "value", "low", "high", "status"])
+    layers = chart.mark_line(point=True) + chart.mark_rule().encode(y="low:Q", y2="high:Q")
     if not alerts.empty:
         layers += alt.Chart(alerts).mark_point(shape="triangle-down", size=200, color="#cf222e", filled=True).encode(
             x="commit_date:T", y="after:Q", tooltip=["detail"])

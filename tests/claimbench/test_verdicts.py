@@ -29,7 +29,7 @@ def test_fold_over_parameters_uses_the_claims_aggregate():
     measured = {P(d="a"): 0.5, P(d="b"): 3.0}
     assert V.judge(claim(), measured).measured == 3.0
     assert V.judge(claim(aggregate="min"), measured).verdict == V.NOT_REPRODUCED
-    assert V.judge(claim(aggregate="min"), measured).reason.endswith("; 1 of 2 reach it")
+    assert "; 1 of 2 reach it" in V.judge(claim(aggregate="min"), measured).reason
 
 
 def test_explaining_benchmarks_sit_beside_every_combination_and_in_the_reason():
@@ -83,3 +83,63 @@ def test_not_testable_and_not_measured():
 def test_every_verdict_has_a_badge(verdict):
     from claimbench.report import BADGE
     assert verdict in BADGE
+
+
+# Every cell of the table in claimbench/verdicts.py's docstring. Claim: 2-4x (reach 1.9x after the
+# 10% tolerance on the claimed gain), neutral 1x; "lower" claims mirror it (-27.7%, reach -24.9%).
+def interval(low, high, n=7, min_n=6):
+    return {P(): {"low": low, "high": high, "n": n, "min_n": min_n, "method": "test"}}
+
+
+@pytest.mark.parametrize("value, low, high, n, expected", [
+    (3.0, 2.0, 5.0, 5, V.INCONCLUSIVE),      # fewer samples than the method needs
+    (1.5, 1.2, 1.8, 7, V.PARTLY),            # all short of the claim, clear of neutral
+    (1.5, 0.9, 1.8, 7, V.NOT_REPRODUCED),    # all short of the claim, reaching neutral
+    (0.8, 0.7, 0.9, 7, V.NOT_REPRODUCED),    # all below neutral
+    (2.5, 1.5, 3.0, 7, V.REPRODUCED),        # reaches the claim, clear of neutral, value reaches it
+    (1.8, 1.5, 2.2, 7, V.PARTLY),            # reaches the claim, clear of neutral, value short of it
+    (2.5, 0.8, 3.0, 7, V.INCONCLUSIVE),      # spans both neutral and the claim
+    (1.2, 0.8, 3.0, 7, V.INCONCLUSIVE),      # spans both, value short of the claim
+])
+def test_verdict_table_higher_is_better(value, low, high, n, expected):
+    v = V.judge(claim(), {P(): value}, intervals=interval(low, high, n))
+    assert v.verdict == expected, v.reason
+    assert (v.low, v.high, v.samples) == (low, high, n)
+
+
+@pytest.mark.parametrize("value, low, high, expected", [
+    (-10.0, -15.0, -5.0, V.PARTLY),          # all short of -24.9%, clear of 0
+    (-10.0, -15.0, 2.0, V.NOT_REPRODUCED),   # short of the claim, reaching neutral
+    (-30.0, -40.0, -20.0, V.REPRODUCED),
+    (-20.0, -30.0, -10.0, V.PARTLY),
+    (-30.0, -40.0, 5.0, V.INCONCLUSIVE),
+])
+def test_verdict_table_lower_is_better(value, low, high, expected):
+    c = claim(direction="lower", claimed=(-27.7, -27.7), neutral=0.0)
+    assert V.judge(c, {P(): value}, intervals=interval(low, high)).verdict == expected
+
+
+@pytest.mark.parametrize("value, low, high, expected", [
+    (1.3, 1.1, 1.5, V.REPRODUCED),           # no target: clear of neutral
+    (0.8, 0.7, 0.95, V.NOT_REPRODUCED),      # at or below neutral
+    (1.1, 0.9, 1.3, V.INCONCLUSIVE),         # spans neutral
+])
+def test_verdict_table_without_a_target(value, low, high, expected):
+    assert V.judge(claim(claimed=None), {P(): value}, intervals=interval(low, high)).verdict == expected
+
+
+def test_a_result_without_an_interval_is_judged_by_its_point_and_marked():
+    v = V.judge(claim(), {P(): 2.5})
+    assert v.verdict == V.REPRODUCED and "no interval" in v.reason and v.low is None
+    assert v.interval_text == "2.5x"
+    with_interval = V.judge(claim(), {P(): 2.5}, intervals=interval(1.5, 3.0))
+    assert with_interval.interval_text == "2.5x [1.5, 3]"
+
+
+def test_a_folded_claim_takes_the_deciding_combinations_interval():
+    measured = {P(d="a"): 3.0, P(d="b"): 1.2}
+    found = {P(d="a"): {"low": 2.5, "high": 3.5, "n": 7, "min_n": 6}, P(d="b"): {"low": 0.5, "high": 2.0, "n": 7,
+                                                                               "min_n": 6}}
+    v = V.judge(claim(), measured, intervals=found)
+    assert (v.measured, v.low, v.high, v.verdict) == (3.0, 2.5, 3.5, V.REPRODUCED)
+    assert [(d["low"], d["high"]) for d in v.detail] == [(2.5, 3.5), (0.5, 2.0)]

@@ -8,6 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
 import lychee as suite  # noqa: E402
 
+from claimbench import evidence, intervals  # noqa: E402
 from claimbench.baselines.ivf_flat import IVFFlat  # noqa: E402
 from claimbench.datasets.vectors import VectorDataset, ground_truth  # noqa: E402
 from claimbench.impl.lychee import Lychee  # noqa: E402
@@ -49,7 +50,20 @@ def test_smallest_nprobe_reaches_the_target(tiny):
 
 
 def test_failed_gate_is_not_a_number():
-    point = {("d", "0.999"): {"identical": 0.97, "speedup": 5.0}}
+    identical = intervals.rate([True] * 97 + [False] * 3)
+    point = {("d", "0.999"): {"identical": identical.value, "identical_estimate": identical,
+                              "speedup_estimate": intervals.ratio_of_rounds([5.0] * 7, [1.0] * 7)}}
     with pytest.raises(suite.GateFailed, match="97.00%"):
         suite.ClaimSpeedup().track_speedup(point, "d", "0.999")
     assert suite.ClaimSpeedup().track_identical_rate(point, "d", "0.999") == 0.97
+
+
+def test_claim_rows_write_their_interval_to_the_evidence_file(tmp_path, monkeypatch):
+    monkeypatch.setenv(evidence.ENV, str(tmp_path / "c.evidence.jsonl"))
+    identical = intervals.rate([True] * 100)
+    point = {("d", "0.999"): {"identical": 1.0, "identical_estimate": identical,
+                              "speedup_estimate": intervals.ratio_of_rounds([5.0, 6, 5, 5, 7, 5, 5], [1.0] * 7)}}
+    assert suite.ClaimSpeedup().track_speedup(point, "d", "0.999") == 5.0
+    found = evidence.read(tmp_path / "c.evidence.jsonl")
+    rec = found["lychee.ClaimSpeedup.track_speedup", evidence.params_key({"dataset": "d", "target_recall": "0.999"})]
+    assert (rec["low"], rec["high"], rec["n"]) == (5.0, 7.0, 7)

@@ -1,0 +1,140 @@
+"""95% intervals for measured values, from the samples they came from.
+
+- A speed ratio of interleaved rounds (`ratio_of_rounds`): per round, baseline time / method time
+  (the two calls ran back to back on the same inputs); the value is the median of those ratios,
+  the interval the distribution-free order-statistic interval of the median: the narrowest pair
+  (x_(j), x_(n+1-j)) whose binomial coverage is at least 95%. It needs 6 rounds: with 5, even
+  (min, max) covers only 93.75%.
+- A rate over items (`rate`: queries with identical results, questions answered): the Wilson
+  score interval.
+- Any statistic of per-item outcomes (`bootstrap`: a difference or a ratio of means between two
+  methods on the same items, a cost change over the same tasks): percentile bootstrap over items,
+  paired (each resample draws whole items), 2,000 resamples, seeded so a rerun gives the same
+  interval. `unpaired` resamples two independent sample sets (latencies of two configurations).
+Every estimate says how many samples it rests on and how many it needs (`min_n`); below that,
+verdicts call it inconclusive.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+MIN_ROUNDS = 6
+MIN_ITEMS = 10
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float | None
+    high: float | None
+    n: int
+    method: str
+    min_n: int = 1
+    samples: tuple[float, ...] = field(default=(), repr=False)
+    confidence: float = CONFIDENCE
+
+    @property
+    def enough(self) -> bool:
+        """As many samples as the method needs for its nominal confidence."""
+        return self.n >= self.min_n and self.low is not None
+
+    def map(self, fn: Callable[[float], float]) -> Estimate:
+        """A monotone function of the value (e.g. 100 * (x - 1)); a decreasing one swaps the bounds."""
+        bounds = sorted((fn(self.low), fn(self.high))) if self.low is not None else (None, None)
+        return Estimate(fn(self.value), bounds[0], bounds[1], self.n, self.method, self.min_n, self.samples,
+                        self.confidence)
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "method": self.method,
+                "min_n": self.min_n, "confidence": self.confidence, "samples": list(self.samples)}
+
+    def text(self, fmt: str = ".3g") -> str:
+        """'7.6 [6.5, 8.4]'."""
+        if self.low is None:
+            return format(self.value, fmt)
+        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+
+def order_statistic_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, high, coverage) for the median: the narrowest symmetric pair of order statistics
+    whose coverage under any continuous distribution reaches `confidence` (min and max when none
+    does; the coverage returned says so)."""
+    x = sorted(samples)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no samples")
+    best = (0, 1.0 - 2 * 0.5 ** n)
+    for j in range(n // 2, 0, -1):  # 1-based j; coverage of (x_(j), x_(n+1-j)) = 1 - 2 P(Bin(n, 1/2) < j)
+        coverage = 1.0 - 2 * sum(math.comb(n, i) for i in range(j)) / 2 ** n
+        if coverage >= confidence:
+            best = (j - 1, coverage)
+            break
+    lo = best[0]
+    return x[lo], x[n - 1 - lo], best[1]
+
+
+def median_of(samples: Sequence[float]) -> Estimate:
+    """The median of repeated measurements (a time per round) and its order-statistic interval."""
+    low, high, _ = order_statistic_interval(samples)
+    return Estimate(statistics.median(samples), low, high, len(samples), "order statistics of rounds", MIN_ROUNDS,
+                    tuple(samples))
+
+
+def ratio_of_rounds(baseline: Sequence[float], method: Sequence[float]) -> Estimate:
+    """How many times faster the method is, per interleaved round: median and 95% interval."""
+    if len(baseline) != len(method) or not baseline:
+        raise ValueError(f"rounds differ: {len(baseline)} baseline, {len(method)} method")
+    ratios = [b / m for b, m in zip(baseline, method)]
+    low, high, _ = order_statistic_interval(ratios)
+    return Estimate(statistics.median(ratios), low, high, len(ratios), "order statistics of per-round ratios",
+                    MIN_ROUNDS, tuple(ratios))
+
+
+def rate(outcomes: Sequence[bool | float]) -> Estimate:
+    """Share of successes with its Wilson score interval."""
+    n = len(outcomes)
+    if n == 0:
+        raise ValueError("no items")
+    p = sum(map(float, outcomes)) / n
+    z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, "Wilson", MIN_ITEMS,
+                    tuple(map(float, outcomes)))
+
+
+def bootstrap(items: Sequence, statistic: Callable[[list], float], samples: Sequence[float] = (),
+              seed: int = 0) -> Estimate:
+    """statistic(items) with a paired percentile-bootstrap interval: each resample draws whole
+    items (e.g. one question's outcome under every method) with replacement."""
+    n = len(items)
+    if n == 0:
+        raise ValueError("no items")
+    value = statistic(list(items))
+    rng = np.random.default_rng(seed)
+    draws = [statistic([items[i] for i in rng.integers(0, n, n)]) for _ in range(RESAMPLES)]
+    draws = [d for d in draws if d == d]  # a resample can make a ratio undefined (0 / 0)
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]) if draws else (None, None)
+    return Estimate(value, None if low is None else float(low), None if high is None else float(high), n,
+                    "paired bootstrap over items", MIN_ITEMS, tuple(map(float, samples)))
+
+
+def unpaired(a: Sequence[float], b: Sequence[float], statistic: Callable[[list, list], float],
+             seed: int = 0) -> Estimate:
+    """statistic(a, b) of two independent sample sets, percentile bootstrap resampling each."""
+    if not a or not b:
+        raise ValueError("no samples")
+    rng = np.random.default_rng(seed)
+    value = statistic(list(a), list(b))
+    draws = [statistic([a[i] for i in rng.integers(0, len(a), len(a))], [b[i] for i in rng.integers(0, len(b), len(b))])
+             for _ in range(RESAMPLES)]
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return Estimate(value, float(low), float(high), min(len(a), len(b)), "bootstrap of two independent samples",
+                    MIN_ITEMS)

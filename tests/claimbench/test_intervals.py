@@ -1,0 +1,68 @@
+"""The 95% intervals cover the truth about 95% of the time on data whose truth is known."""
+import numpy as np
+import pytest
+
+from claimbench import intervals, measure
+
+
+def coverage(trials, make_estimate, truth) -> float:
+    hits = 0
+    for t in range(trials):
+        est = make_estimate(np.random.default_rng(t))
+        hits += est.low <= truth <= est.high
+    return hits / trials
+
+
+def test_order_statistic_interval_of_per_round_ratios_covers_the_true_median_ratio():
+    # per-round times with lognormal noise: the true median ratio is exactly 4
+    def make(rng, n):
+        base = 4.0 * np.exp(rng.normal(0, 0.2, n))
+        return intervals.ratio_of_rounds(list(base), list(np.exp(rng.normal(0, 0.2, n))))
+    wide = coverage(400, lambda rng: make(rng, 40), 4.0)
+    assert 0.93 <= wide <= 0.99  # nominal 95%; order statistics cover at least that (96.2% at n = 40)
+    assert coverage(400, lambda rng: make(rng, 7), 4.0) >= 0.95  # (min, max) of 7: 98.4%
+
+
+def test_order_statistic_interval_needs_six_rounds():
+    assert intervals.ratio_of_rounds([2.0] * 5, [1.0] * 5).enough is False
+    est = intervals.ratio_of_rounds([2.0, 2.2, 1.9, 2.1, 2.0, 2.05], [1.0] * 6)
+    assert est.enough and (est.low, est.high) == (1.9, 2.2) and est.value == pytest.approx(2.025)
+    low, high, cover = intervals.order_statistic_interval(list(range(20)))
+    assert (low, high) == (5, 14) and cover >= 0.95  # the narrowest pair at n = 20 is (x_6, x_15)
+
+
+def test_wilson_interval_covers_a_rate():
+    p = 0.3
+    cover = coverage(500, lambda rng: intervals.rate(list(rng.random(200) < p)), p)
+    assert 0.92 <= cover <= 0.98
+    all_right = intervals.rate([True] * 1000)
+    assert all_right.value == 1.0 and all_right.high == 1.0 and 0.995 < all_right.low < 1.0
+
+
+def test_paired_bootstrap_covers_a_difference_of_accuracies(monkeypatch):
+    monkeypatch.setattr(intervals, "RESAMPLES", 400)
+
+    def make(rng):  # two methods on the same 150 items; method b is right 10 points more often
+        hard = rng.random(150)
+        items = [(float(h < 0.5), float(h < 0.6)) for h in hard]
+        return intervals.bootstrap(items, lambda xs: 100 * (sum(b for _, b in xs) - sum(a for a, _ in xs)) / len(xs))
+    assert 0.9 <= coverage(200, make, 10.0) <= 0.99
+
+
+def test_unpaired_bootstrap_of_two_medians():
+    rng = np.random.default_rng(0)
+    a, b = list(rng.normal(2.0, 0.1, 300)), list(rng.normal(1.0, 0.1, 300))
+    est = intervals.unpaired(a, b, lambda x, y: float(np.median(x) / np.median(y)))
+    assert est.low < 2.0 < est.high and est.high - est.low < 0.1
+
+
+def test_estimates_map_through_monotone_functions():
+    est = intervals.ratio_of_rounds([2.0, 3.0, 4.0, 2.5, 3.5, 3.0], [1.0] * 6)
+    change = est.map(lambda x: 100 * (1 / x - 1))  # decreasing: the bounds swap
+    assert change.low == pytest.approx(-75.0) and change.high == pytest.approx(-50.0)
+    assert est.text() == "3 [2, 4]"
+
+
+def test_measure_ratio_is_the_estimates_value():
+    base, method = [2.0, 4.0, 3.0], [1.0, 1.0, 1.5]
+    assert measure.ratio(base, method) == measure.ratio_estimate(base, method).value == 2.0
