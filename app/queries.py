@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from claimbench import alerts as A
+from claimbench import inputs
 from claimbench import registry as R
 from claimbench import store
 from claimbench import verdicts as V
@@ -144,9 +145,13 @@ def results(version, prefix: str) -> pd.DataFrame:
 
 
 def latest_per_machine(df: pd.DataFrame) -> pd.DataFrame:
-    """Keep each benchmark's newest commit per machine (a run of part of a suite hides nothing else)."""
+    """Keep each benchmark's newest commit per machine in its preferred mode (full runs over older
+    unrecorded ones over quick ones, as verdicts choose; a run of part of a suite hides nothing else)."""
     if df.empty:
         return df
+    rank = df["mode"].fillna(inputs.UNRECORDED).map(
+        {m: i for i, m in enumerate(V.MODE_PREFERENCE)}).fillna(len(V.MODE_PREFERENCE))
+    df = df[rank == rank.groupby([df["machine"], df["benchmark"]]).transform("min")]
     newest = df.groupby(["machine", "benchmark"])["commit_date"].transform("max")
     return df[df["commit_date"] == newest]
 

@@ -1,7 +1,18 @@
-"""Regression alerts: asv's own step detection over every (benchmark, params, machine, mode,
-inputs) series, plus gate failures and verdict flips. A quick run's results and results on other
-inputs (another corpus, results from before inputs were recorded) are series of their own: they
-never raise an alert against a full run's history.
+"""Regression alerts over every (benchmark, params, machine, mode, inputs) series, plus gate
+failures and verdict flips. A quick run's results and results on other inputs (another corpus,
+results from before inputs were recorded) are series of their own: they never raise an alert
+against a full run's history.
+
+Two rules, and each alert says which fired:
+- `asv step`: asv's own step detection, for steps inside the history.
+- `newest point`: the newest value against a reference, the better of the previous value and the
+  median of the REFERENCE_POINTS values before it (after a climb, the level it climbed to; after a
+  drop at the last two points, the level before them), flagged when it is worse by more than the
+  series' threshold and by more than NOISE_Z times the history's noise (1.4826 x the median absolute deviation of its successive relative changes: a
+  series that climbs steadily has little noise, however far it climbed). asv's step detection
+  judges a single trailing point after a climb as noise; a CI job that runs on every change always
+  sees its new commit as that trailing point. With fewer than MIN_HISTORY values before the newest,
+  twice the threshold stands in for the noise.
 
 asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
@@ -16,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import statistics
 import tomllib
 from dataclasses import dataclass
 
@@ -26,6 +38,9 @@ from . import verdicts as V
 from .registry import REPO_ROOT
 
 KINDS = ("regression", "gate", "flip")
+REFERENCE_POINTS = 3  # the newest value is compared with the median of this many before it
+MIN_HISTORY = 4  # values before the newest needed to estimate the noise
+NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units (and the threshold)
 
 
 def _alerts_config(path) -> dict:
@@ -106,15 +121,47 @@ def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], 
 
 
 def find_regressions(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float]]:
-    """(index before, index after, value before, latest value) for each open regression. asv's own
-    'after' is the best value anywhere after the step, which a single lucky run can make better than
-    the value before; the latest value is what the series stands at now."""
+    """asv's step detection: (index before, index after, value before, latest value) for each open
+    regression. asv's own 'after' is the best value anywhere after the step, which a single lucky run
+    can make better than the value before; the latest value is what the series stands at now."""
     if direction not in ("higher", "lower") or len(values) < 2:
         return []
     y, back = _to_lower_better(values, direction)
     steps = step_detect.detect_steps(y)
     _, _, positions = step_detect.detect_regressions(steps, threshold=threshold)
     return [(before, after, back(v_before), values[-1]) for before, after, v_before, _ in positions or []]
+
+
+def newest_point(values: list[float], direction: str, threshold: float) -> tuple[float, float, float] | None:
+    """(reference, newest value, how much worse in relative terms) when the newest value is a
+    regression by the newest-point rule (module docstring), else None."""
+    if direction not in ("higher", "lower") or len(values) < 2:
+        return None
+    history, newest = values[:-1], values[-1]
+    sign = 1.0 if direction == "higher" else -1.0
+    reference = max(history[-1], statistics.median(history[-REFERENCE_POINTS:]), key=lambda v: sign * v)
+    if reference == 0:
+        return None
+    worse = sign * (reference - newest) / abs(reference)
+    if len(history) >= MIN_HISTORY:
+        changes = [(b - a) / abs(a) for a, b in zip(history, history[1:]) if a != 0]
+        centre = statistics.median(changes)
+        kept = sorted(abs(c - centre) for c in changes)[:-1]
+        noise = 1.08 * (sum(d * d for d in kept) / max(len(kept) - 1, 1)) ** 0.5
+    else:
+        noise = 2 * threshold / NOISE_Z
+    return (reference, newest, worse) if worse > max(threshold, NOISE_Z * noise) else None
+
+
+def detect(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float, str]]:
+    """Both rules over one series: (index before, index after, value before, latest value, rule);
+    the newest-point rule only where asv's steps do not already end at the newest value."""
+    found = [(*f, "asv step") for f in find_regressions(values, direction, threshold)]
+    if not any(after == len(values) - 1 for _, after, _, _, _ in found):
+        newest = newest_point(values, direction, threshold)
+        if newest is not None:
+            found.append((len(values) - 2, len(values) - 1, newest[0], newest[1], "newest point"))
+    return found
 
 
 def regressions(con, thresholds: Thresholds) -> list[Alert]:
@@ -131,10 +178,10 @@ def regressions(con, thresholds: Thresholds) -> list[Alert]:
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():
         threshold = thresholds.for_benchmark(bench)
-        for before, after, v_before, v_after in find_regressions([p[2] for p in points], direction, threshold):
+        for before, after, v_before, v_after, rule in detect([p[2] for p in points], direction, threshold):
             commit, date, _ = points[after]
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
-                                f"{direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
+                                f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)", mode=mode,
                                 inputs=fingerprint))
     return alerts

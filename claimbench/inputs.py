@@ -34,7 +34,7 @@ def manifest() -> dict[str, dict]:
         raise InputError(f"{MANIFEST}: cannot read the inputs manifest ({e}); restore it from git") from None
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -58,7 +58,7 @@ def path(name: str) -> Path:
         raise InputError(f"{file}: missing; expected sha256 {entry['sha256']} (restore it: git checkout -- "
                          f"{file})") from None
     if _verified.get(file) != (stat.st_size, stat.st_mtime_ns):
-        found = _sha256(file)
+        found = sha256(file)
         if found != entry["sha256"]:
             raise InputError(f"{file}: sha256 {found} does not match the expected {entry['sha256']} "
                              f"({MANIFEST.name}); the file is corrupt or was altered: restore it with "

@@ -46,13 +46,16 @@ HELD_OUT = Metric("held-out score", "none", "the workload's held-out check (NDCG
 COUNT = Metric("count", "none", "a count (context, not a quality)")
 STORED = Metric("fraction stored", "higher", "rows found in the store / rows in the files")
 MEMORY_RATIO = Metric("memory ratio", "lower", "extra memory of the method / memory of the full vectors")
+ALERT_RECALL = Metric("share of drops flagged", "higher", "planted regressions flagged at the commit they entered")
+FALSE_ALARMS = Metric("false alarm rate", "lower", "share of planted histories alerted where nothing regressed")
+DROP_SIZE = Metric("drop size", "lower", "the smallest planted drop flagged in at least 95% of histories")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
                                 TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
                                 PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE,
                                 RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE,
-                                COSINE, HELD_OUT, COUNT, MEMORY_RATIO)}
+                                COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

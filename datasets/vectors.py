@@ -13,7 +13,6 @@ does not match is rebuilt, never used.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import warnings
@@ -166,20 +165,12 @@ def ground_truth(base: np.ndarray, queries: np.ndarray, k: int = GT_K) -> tuple[
 
 # -- the checksummed cache ----------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _read_cached(path: Path) -> VectorDataset | None:
     sums = path.with_suffix(".sha256")
     if not path.exists():
         return None
     try:
-        if not sums.exists() or sums.read_text().strip() != _sha256(path):
+        if not sums.exists() or sums.read_text().strip() != inputs.sha256(path):
             raise ValueError("checksum mismatch")
         with np.load(path, allow_pickle=False) as z:
             ds = VectorDataset(str(z["name"]), z["base"], z["queries"], z["gt_ids"], z["gt_distances"],
@@ -212,7 +203,7 @@ def save(ds: VectorDataset, path: Path) -> None:
     tmp = path.with_name(path.stem + ".tmp.npz")
     np.savez(tmp, name=ds.name, base=ds.base, queries=ds.queries, gt_ids=ds.gt_ids,
              gt_distances=ds.gt_distances, description=ds.description)
-    digest = _sha256(tmp)
+    digest = inputs.sha256(tmp)
     os.replace(tmp, path)
     path.with_suffix(".sha256").write_text(digest + "\n")
 

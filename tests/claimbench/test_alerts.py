@@ -5,6 +5,7 @@ import pytest
 
 from claimbench import alerts as A
 from claimbench import asvfiles, cli, ingest, registry, store
+from claimbench.datasets import alert_histories
 
 
 def series(values, noise=0.0, seed=0):
@@ -135,3 +136,51 @@ def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path):
     md = A.markdown(found)
     assert "### Acknowledged (1)" in md and "a deliberate trade" in md
     assert A.acknowledgements(tmp_path / "missing.toml") == {}
+
+
+DROP_SHAPES = [s for s in alert_histories.SHAPES if s != "improvement"]
+
+
+@pytest.mark.parametrize("direction", ["higher", "lower"])
+@pytest.mark.parametrize("shape", DROP_SHAPES)
+def test_a_planted_30_percent_drop_is_flagged_where_it_entered(shape, direction):
+    for seed in range(5):
+        values, start = alert_histories.planted(shape, 0.3, direction, seed)
+        found = A.detect(values, direction, 0.05)
+        assert {after for _, after, _, _, _ in found} & {start, start + 1}, (seed, found)
+
+
+@pytest.mark.parametrize("direction", ["higher", "lower"])
+@pytest.mark.parametrize("shape, drop", [("flat", 0.0), ("climbing", 0.0), ("improvement", 0.3),
+                                         ("improvement", 0.05)])
+def test_no_alert_where_nothing_regressed(shape, drop, direction):
+    for seed in range(10):
+        values, _ = alert_histories.planted(shape, drop, direction, seed)
+        assert A.detect(values, direction, 0.05) == [], seed
+
+
+def test_the_newest_point_rule_catches_a_drop_after_a_climb_that_asv_calls_noise():
+    values, _ = alert_histories.planted("climbing", 0.5, "higher", 0)
+    assert A.find_regressions(values, "higher", 0.05) == []  # asv: a single trailing point is noise
+    (before, after, v_before, v_after, rule), = A.detect(values, "higher", 0.05)
+    assert rule == "newest point" and after == len(values) - 1 and v_after == values[-1]
+    assert v_before == pytest.approx(max(values[-2], sorted(values[-4:-1])[1]))
+
+
+def test_cli_fails_on_a_halved_newest_commit_after_a_climb_until_acknowledged(tmp_path, capsys):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    values, _ = alert_histories.planted("climbing", 0.5, "higher", 1)
+    write_history(results, values)
+    assert ingest.ingest([results], db=db).ok
+    args = ["alerts", "--db", str(db), "--papers", str(papers), "--fail-on", "regression"]
+    assert cli.main(args) == 1
+    assert "newest point" in capsys.readouterr().out
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.claimbench.alerts.acknowledged]\n"s.Claim.*@0000000d" = "a planned trade"\n')
+    with store.connect(db) as con:
+        found = A.evaluate(con, registry.load(papers), A.Thresholds(), A.acknowledgements(pyproject))
+    regression, = [a for a in found if a.kind == "regression"]
+    assert regression.status == "acknowledged" and "a planned trade" in regression.detail

@@ -1,5 +1,6 @@
 """Comparable results: pinned inputs checked at load, runs keyed by mode and input digests, intervals
 carried from the suites' evidence into the store, and no alert or verdict history across modes or inputs."""
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -11,28 +12,10 @@ from claimbench import asvfiles, evidence, ingest, inputs, intervals, registry, 
 from claimbench import verdicts as V
 from claimbench.datasets import text
 
-PAPERS = '''
-[[paper]]
-id = "p"
-title = "P"
-tier = "A"
-task = "t"
-suite = "s"
-baselines = ["b"]
+from .test_alerts import PAPERS as GATED_PAPERS
 
-[[paper.claims]]
-id = "speed"
-metric = "m"
-unit = "x"
-direction = "higher"
-claimed = 2.0
-claimed_text = "2x"
-conditions = ""
-baseline = "b"
-benchmark = "s.Claim.track_speedup"
-'''
+PAPERS = GATED_PAPERS.replace('gate = { benchmark = "s.Claim.track_identical", min = 1.0 }\n', "")
 BENCH = "s.Claim.track_speedup"
-PARAMS = evidence.params_key({"dataset": "d"})
 
 
 def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None):
@@ -84,20 +67,41 @@ def test_every_suite_declares_its_inputs_and_every_input_is_known():
     assert all(set(names) <= known for names in declared.values()), declared
 
 
-def test_the_corpus_is_tracked_and_nothing_reads_shared():
-    """What a clone with nothing beside it has: every manifest file is committed, and no code looks
-    outside the repository for data (the Mooncake trace once came from ../shared)."""
+def test_a_clone_with_nothing_beside_it_has_every_input(tmp_path, monkeypatch):
+    """Clone the repository into an empty folder (as a new user would) and build the uGDS TTFT replay
+    and the long-context prompts from the clone's own files: no ../shared, the manifest's digests, and
+    the same input digests as the reference machine's run record."""
     root = registry.REPO_ROOT
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
-    tracked = set(subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split())
-    rel = inputs.DATA.relative_to(root)
-    for name, entry in inputs.manifest().items():
-        assert f"{rel}/{entry['path']}" in tracked, f"{name} ({entry['path']}) is not committed"
-    code = [f for f in tracked if f.endswith(".py") and not f.startswith("tests/")]
-    for f in code:
-        src = (root / f).read_text()
-        assert '"shared"' not in src and "../shared" not in src and "usr/share" not in src, f
+    clone = tmp_path / "empty" / "claimbench"
+    clone.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(clone)], check=True)
+    assert sorted(p.name for p in clone.parent.iterdir()) == ["claimbench"]  # nothing beside it
+    monkeypatch.setattr(inputs, "DATA", clone / inputs.DATA.relative_to(root))
+    monkeypatch.setattr(inputs, "_verified", {})
+    from claimbench.datasets import longcontext, traces
+    text.documents.cache_clear()  # read the documents again, from the clone
+    longcontext.haystack_sentences.cache_clear()
+    spec = importlib.util.spec_from_file_location("clone_ugds", clone / "suites" / "ugds.py")
+    ugds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ugds)
+    replay = ugds.ttft(traces.requests(limit=2000), {"sync-pread": 0.002, "io-uring-batched": 0.001}, 20_000.0)
+    assert replay["sync-pread"][0] > replay["io-uring-batched"][0] > 0
+    sample = longcontext.make(longcontext.COMPLETION, 1200, lambda t: len(t.split()), 0)
+    assert sample.answers[0] in sample.context
+    assert inputs.recorded(clone / "suites") == inputs.recorded(root / "suites")
+    records = sorted((root / "reports" / "results").glob(f"*/*{runner.RECORD_SUFFIX}"))
+    assert records, "no reference run records under reports/results"
+    reference = json.loads(records[-1].read_text())["inputs"]
+    here = inputs.recorded(clone / "suites")
+    for suite in ("ugds", "ssa"):
+        assert reference[suite] == here[suite], f"{suite}: the reference results were measured on other inputs"
+    for f in subprocess.run(["git", "ls-files", "*.py"], cwd=clone, capture_output=True, text=True,
+                            check=True).stdout.split():
+        src = (clone / f).read_text()
+        if not f.startswith("tests/"):
+            assert '"shared"' not in src and "../shared" not in src and "usr/share" not in src, f
 
 
 def test_corpus_documents_have_ids_and_text():
