@@ -1,11 +1,10 @@
-# claimbench: `make run` (quick suites -> DuckDB -> claims, alerts, reports -> leaderboard) and `make test`.
+# claimbench: `make run` (leaderboard first; quick suites one at a time -> DuckDB -> claims, alerts,
+# reports) and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CB := $(VENV)/bin/claimbench
 HOST ?= 127.0.0.1
 PORT ?= 8501
-# full and quick runs land in results of their own; only those that exist when ingest runs
-RESULTS = $$(ls -d .asv/results .asv/results-quick reports/results 2>/dev/null)
 
 .PHONY: run test clean
 
@@ -18,15 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
-	-$(CB) run --quick
-	$(CB) ingest $(RESULTS)
-	$(CB) claims
-	$(CB) alerts --markdown reports/alerts.md
-	$(CB) report
-	$(CB) app --host $(HOST) --port $(PORT)
+	$(CB) run --quick --serve --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf .asv/results .claimbench
+	rm -rf .asv/results .asv/results-quick .claimbench

@@ -27,7 +27,7 @@ READ_WAIT_S = 10.0
 BOARDS = {
     "vector-search": dict(
         title="Vector search: single-thread QPS at the smallest nprobe where IVF-Flat reaches recall@10 0.999",
-        where={"target_recall": "0.999"}, group="dataset", unit="queries/s",
+        where={"target_recall": "0.999"}, group="dataset", unit="queries/s", log=True,  # 1k-40k queries/s
         methods={"Lychee": "lychee.ClaimSpeedup.track_qps_lychee",
                  "faiss IVF-Flat": "lychee.ClaimSpeedup.track_qps_ivf_flat"},
         gated={"Lychee": ("lychee.ClaimSpeedup.track_identical_rate", 1.0)}),
@@ -193,8 +193,8 @@ def board(version, task: str) -> pd.DataFrame:
     first = next(iter(spec["methods"].values())) if "methods" in spec else spec["benchmark"]
     everything = latest_per_machine(results(version, first.split(".")[0] + "."))
     df = _match(everything, spec["where"])
-    rows = [dict(machine=r["machine"], group=r[spec["group"]], method=method, value=r["value"],
-                 gate=_gate(spec, everything, method, r))
+    rows = [dict(machine=r["machine"] + (" · quick" if r["mode"] == "quick" else ""), group=r[spec["group"]],
+                 method=method, value=r["value"], gate=_gate(spec, everything, method, r))
             for method, part in _board_methods(spec, df).items() for _, r in part.iterrows()
             if pd.notna(r["value"])]  # skipped rows (not applicable) are not methods at that point
     out = pd.DataFrame(rows, columns=["machine", "group", "method", "value", "gate"])
@@ -220,6 +220,9 @@ def tradeoff(version, suite: str) -> pd.DataFrame:
     spec = TRADEOFFS[suite]
     df = latest_per_machine(results(version, suite + "."))
     keys = ["machine", spec["group"], spec["point"]]
+    columns = ["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"]
+    if not set(keys) <= set(df.columns):  # no results of the suite yet
+        return pd.DataFrame(columns=columns)
     quality = df[df["benchmark"] == spec["quality"]].set_index(keys)["value"]
     rows = []
     for method, bench in spec["methods"].items():
@@ -232,8 +235,7 @@ def tradeoff(version, suite: str) -> pd.DataFrame:
             rows.append(dict(machine=key[0], group=key[1], point=key[2], method=method,
                              quality=quality.get(key), speed=row["value"], speed_low=row["low"], speed_high=row["high"],
                              gate="none" if gate is None else ("passed" if gate.get(key, False) else "failed")))
-    return pd.DataFrame(rows, columns=["machine", "group", "point", "method", "quality", "speed", "speed_low",
-                                       "speed_high", "gate"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 @st.cache_data(show_spinner=False)
@@ -277,6 +279,14 @@ def alerts(version) -> pd.DataFrame:
     return df.sort_values("status", key=lambda status: status != "open", kind="stable")  # open ones first
 
 
+def gib(ram: str | None) -> str:
+    """asv's memory (bytes, as text) in GiB; anything else as it was written."""
+    try:
+        return f"{int(ram) / 2 ** 30:.1f} GiB"
+    except (TypeError, ValueError):
+        return ram or ""
+
+
 @st.cache_data(show_spinner=False)
 def machines(version) -> pd.DataFrame:
     def query(con):
@@ -290,6 +300,7 @@ def machines(version) -> pd.DataFrame:
                               GROUP BY ALL ORDER BY m.machine""").df()
     df = _read(query)
     if not df.empty:
+        df["ram"] = df["ram"].map(gib)
         libs = df.pop("libraries").map(lambda s: json.loads(s or "{}"))
         df["libraries"] = libs.map(lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
     return df

@@ -1,4 +1,4 @@
-"""Small pieces every page shares: the empty-store notice, the verdict colours and badges."""
+"""Small pieces every page shares: the empty-store notice, the run's progress, the verdict colours and badges."""
 import altair as alt
 import streamlit as st
 
@@ -22,6 +22,15 @@ then refresh this page.
 """
 
 
+def run_progress() -> None:
+    """While `claimbench run --serve` measures this machine: which suite runs and about how long is left."""
+    from claimbench import progressive
+    state = progressive.read_progress()
+    if state:
+        st.info(f"Measuring now: {progressive.progress_text(state)}. Refresh to see each suite's rows as it "
+                "finishes.", icon="⏳")
+
+
 def empty_notice(has_results: bool) -> None:
     if not has_results:
         st.info(HOW_TO_RUN.format(db=store.db_path()), icon="ℹ️")
@@ -32,9 +41,12 @@ BADGE_COLUMN = {"badge": st.column_config.TextColumn("verdict")}
 
 
 def board_chart(df, spec: dict):
-    """A task board as bars: one row of bars per group, one column per machine, coloured by gate."""
+    """A task board as bars: one row of bars per group, one column per machine (a quick run's marked
+    ' · quick'), coloured by gate; a log axis where the spec asks (values spanning decades)."""
+    scale = alt.Scale(type="log") if spec.get("log") else alt.Scale()
     return alt.Chart(df).mark_bar().encode(
-        x=alt.X("value:Q", title=spec["unit"]), y=alt.Y("method:N", title=None),
+        x=alt.X("value:Q", title=spec["unit"] + (" (log scale)" if spec.get("log") else ""), scale=scale),
+        y=alt.Y("method:N", title=None),
         color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
                                                   range=["#1a7f37", "#57606a", "#cf222e"])),
         row=alt.Row("group:N", title=spec["group"].replace("_", " "), sort=sorted(set(df["group"]), key=_numeric_first),

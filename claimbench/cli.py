@@ -1,4 +1,4 @@
-"""claimbench command line: run, ingest, claims, alerts, report, app."""
+"""claimbench command line: run, ingest, claims, alerts, report, device-run, app."""
 from __future__ import annotations
 
 import argparse
@@ -20,6 +20,12 @@ def _add_db(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args) -> int:
     reg = R.load(args.papers)
+    if args.serve:
+        if args.paper or args.bench:
+            raise ValueError("--serve runs every suite, one at a time; leave out --paper and --bench")
+        from . import progressive
+        return progressive.serve_and_run(reg, quick=args.quick, machine=args.machine, db=args.db, host=args.host,
+                                         port=args.port)
     return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench)
 
 
@@ -99,6 +105,12 @@ def cmd_app(args) -> int:
     return streamlit_cli.main()
 
 
+def cmd_device_run(args) -> int:
+    from . import device
+    argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else []) + (["--machine", args.machine] if args.machine else [])
+    return device.main(argv)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="claimbench", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -109,6 +121,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small inputs, one round: minutes, not hours")
     p.add_argument("--machine", help="machine name for asv (default: hostname)")
     p.add_argument("--papers", help="papers.toml to read")
+    p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
+                                                         "time, ingesting each as it finishes (what make run does)")
+    p.add_argument("--db", help="with --serve: the store")
+    p.add_argument("--host", default="127.0.0.1", help="with --serve: the leaderboard's address")
+    p.add_argument("--port", type=int, default=8501, help="with --serve: the leaderboard's port")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("ingest", help="load asv results (dirs or files) and pytest-benchmark JSON into the store")
@@ -136,6 +153,13 @@ def parser() -> argparse.ArgumentParser:
     _add_db(p)
     p.add_argument("--out", default=str(R.REPO_ROOT / "reports"))
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("device-run", help="every GPU benchmark, on a lent GPU machine (python -m claimbench.device "
+                                          "where claimbench is not installed)")
+    p.add_argument("--out", required=True, help="folder for the results, to bring back and ingest")
+    p.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the format, spend no GPU time")
+    p.add_argument("--machine", help="machine name (default: gpu-<GPU name>)")
+    p.set_defaults(func=cmd_device_run)
 
     p = sub.add_parser("app", help="serve the Streamlit leaderboard")
     p.add_argument("--db")

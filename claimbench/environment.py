@@ -12,6 +12,7 @@ from pathlib import Path
 LIBRARIES = ("numpy", "torch", "faiss-cpu", "faiss-gpu-cu12", "onnxruntime", "tensorrt",
              "triton", "duckdb", "asv", "numba", "sentence-transformers")
 SIDECAR = "claimbench-env.json"
+RECORD_SUFFIX = ".claimbench.json"  # <commit>.claimbench.json: one run's mode, input digests, environment
 
 
 def library_versions() -> dict[str, str]:
@@ -65,4 +66,19 @@ def write_sidecar(machine_dir: Path) -> Path:
     machine_dir.mkdir(parents=True, exist_ok=True)
     path = machine_dir / SIDECAR
     path.write_text(json.dumps(describe(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def write_run_record(machine_dir: Path, commit: str, mode: str, suite_inputs: dict[str, dict[str, str]]) -> Path:
+    """`<commit>.claimbench.json`: the mode, each suite's input digests and the environment of a run;
+    a second run at the same commit (another paper) adds its suites' inputs to the record."""
+    path = machine_dir / f"{commit[:8]}{RECORD_SUFFIX}"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        old = {}
+    record = {"commit": commit, "mode": mode, "inputs": {**old.get("inputs", {}), **suite_inputs},
+              "environment": describe()}
+    machine_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path

@@ -26,13 +26,13 @@ from pathlib import Path
 import asv.results
 import pyarrow as pa
 
-from . import environment, evidence, inputs, metrics, runner, store
+from . import environment, evidence, inputs, metrics, store
 
 NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
 
 
 def _is_results(path: Path) -> bool:
-    return path.name not in NOT_RESULTS and not path.name.endswith(runner.RECORD_SUFFIX)
+    return path.name not in NOT_RESULTS and not path.name.endswith(environment.RECORD_SUFFIX)
 
 
 @dataclass
@@ -164,7 +164,7 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
     if not machine_name or not res.commit_hash:
         raise ValueError("asv results without machine name or commit hash")
     meta = _benchmarks_meta(path)
-    record_path = path.parent / f"{res.commit_hash[:8]}{runner.RECORD_SUFFIX}"
+    record_path = path.parent / f"{res.commit_hash[:8]}{environment.RECORD_SUFFIX}"
     evidence_path = path.parent / f"{res.commit_hash[:8]}{evidence.SUFFIX}"
     record = _read_json(record_path) or {}
     found = evidence.read(evidence_path)

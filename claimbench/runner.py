@@ -27,7 +27,6 @@ from .registry import REPO_ROOT, Registry
 QUICK_ENV = "CLAIMBENCH_QUICK"
 CONFIGS = {"full": "asv.conf.json", "quick": "asv.quick.conf.json"}
 MODES = ("full", "quick")
-RECORD_SUFFIX = ".claimbench.json"
 
 
 def asv_config(root: Path = REPO_ROOT, mode: str = "full") -> dict:
@@ -36,21 +35,6 @@ def asv_config(root: Path = REPO_ROOT, mode: str = "full") -> dict:
 
 def results_dir(root: Path = REPO_ROOT, mode: str = "full") -> Path:
     return root / asv_config(root, mode)["results_dir"]
-
-
-def write_run_record(machine_dir: Path, commit: str, mode: str, suites_dir: Path) -> Path:
-    """`<commit>.claimbench.json`: the mode, each suite's input digests and the environment of a run;
-    a second run at the same commit (another paper) adds its suites' inputs to the record."""
-    path = machine_dir / f"{commit[:8]}{RECORD_SUFFIX}"
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        old = {}
-    record = {"commit": commit, "mode": mode, "inputs": {**old.get("inputs", {}), **inputs.recorded(suites_dir)},
-              "environment": environment.describe()}
-    machine_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return path
 
 
 def head_commit(root: Path = REPO_ROOT) -> str:
@@ -124,13 +108,19 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     failed, stamp = [], code_stamp(root)
     with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1) as proc:
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            if _FAILED.search(line) and "···" in line:
-                failed.append(line.split("···")[-1].strip())
+        try:
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                if _FAILED.search(line) and "···" in line:
+                    failed.append(line.split("···")[-1].strip())
+        except KeyboardInterrupt:  # Ctrl-C: stop asv too (what it saved before stays), then pass it on
+            proc.terminate()
+            proc.wait(30)
+            raise
     environment.write_sidecar(machine_dir)
-    write_run_record(machine_dir, commit, mode, root / asv_config(root, mode)["benchmark_dir"])
+    environment.write_run_record(machine_dir, commit, mode,
+                                 inputs.recorded(root / asv_config(root, mode)["benchmark_dir"]))
     if code_stamp(root) != stamp:
         print("claimbench: the code under suites/, impl/, baselines/, datasets/ or claimbench/ changed while asv "
               f"ran; results saved for {commit[:8]} may carry the wrong parameter labels. Commit, then run again.",

@@ -10,6 +10,7 @@ st.caption("Each paper's headline claim beside what this project measured, per m
            "of the measured value in brackets. A ratio counts only when the method passes its quality gate; "
            "'inconclusive' means the interval spans both the baseline and the claim. `run`: the mode the verdict "
            "comes from (full runs preferred) and whether its inputs are this checkout's.")
+views.run_progress()
 views.empty_notice(queries.has_results(version))
 df = queries.claims(version)
 

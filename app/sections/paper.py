@@ -8,7 +8,10 @@ version = queries.db_version()
 papers = queries.papers()
 series = st.query_params.get("series", "")
 suite_of = dict(zip(papers["suite"], papers["paper"]))
-default = st.query_params.get("paper") or suite_of.get(series.split(".")[0], papers["paper"].iloc[0])
+all_claims = queries.claims(version)
+measured = list(dict.fromkeys(all_claims[all_claims["measured"].notna()]["paper"]))  # papers with results, in order
+default = (st.query_params.get("paper") or (suite_of.get(series.split(".")[0]) if series else None)
+           or (measured[0] if measured else papers["paper"].iloc[0]))
 ids = list(papers["paper"])
 paper_id = st.selectbox("Paper", ids, index=ids.index(default) if default in ids else 0,
                         format_func=lambda p: f"{p}: {papers.set_index('paper').loc[p, 'title']}")
@@ -18,8 +21,7 @@ st.markdown(f"Tier **{paper['tier']}** · task `{paper['task']}` · method `{pap
             f"· baselines: {paper['baselines']}")
 views.empty_notice(queries.has_results(version))
 
-claims = queries.claims(version)
-claims = claims[claims["paper"] == paper_id]
+claims = all_claims[all_claims["paper"] == paper_id]
 st.subheader("Claims")
 st.dataframe(claims[["claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
                      "substitution"]], hide_index=True, width="stretch",

@@ -1,4 +1,5 @@
 """Every page under streamlit's AppTest, on the fixture store and on an empty one."""
+import json
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,44 @@ def test_main_navigation_runs(use_db):
     at = AppTest.from_file(str(APP / "main.py"), default_timeout=60)
     at.run()
     assert not at.exception
+
+
+def test_machines_page_shows_memory_in_gib(use_db):
+    assert queries.gib("25276510208") == "23.5 GiB" and queries.gib("1GB") == "1GB" and queries.gib(None) == ""
+    assert frames(run("machines"))[0].set_index("machine").loc["gpu-box", "ram"] == "1GB"  # the fixture's text
+
+
+def test_paper_page_opens_on_a_paper_with_results(use_db):
+    at = run("paper")
+    assert at.selectbox[0].value == "lychee"  # the first registered paper with a measured claim
+
+
+def test_quick_runs_are_marked_on_the_boards_and_the_vector_board_uses_a_log_axis(use_db, tmp_path, monkeypatch):
+    import shutil
+
+    from claimbench import environment, ingest
+    from tests.app.conftest import lychee_run
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(use_db, db)
+    monkeypatch.setenv("CLAIMBENCH_DB", str(db))
+    quick = tmp_path / "quick"
+    quick.mkdir()
+    lychee_run(quick, "laptop", 9, [0.4, 0.4, 12.0, 11.0], 1.0)  # a machine with quick results only
+    (quick / "laptop" / f"{10:08x}{environment.RECORD_SUFFIX}").write_text('{"mode": "quick", "inputs": {}}')
+    assert ingest.ingest([quick], db=db).ok
+    at = run("leaderboard")
+    assert "laptop · quick" in set(frames(at)[0]["machine"])
+    assert queries.BOARDS["vector-search"]["log"] is True
+    assert "log scale" in json.dumps(at.get("vega_lite_chart")[0].proto.spec)
+
+
+def test_claims_page_shows_a_run_in_progress(use_db):
+    import os
+    from claimbench import progressive
+    path = progressive.progress_path()
+    path.write_text(json.dumps({"pid": os.getpid(), "machine": "cpu-box", "mode": "quick", "done": ["lychee"],
+                                "running": "ssa", "total": 9, "since": 0, "eta_s": 0}))
+    try:
+        assert "1 of 9 suites measured (quick mode), running ssa" in text(run("claims"))
+    finally:
+        path.unlink()

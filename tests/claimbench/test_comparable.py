@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, evidence, ingest, inputs, intervals, registry, runner, store
+from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, registry, store
 from claimbench import verdicts as V
 from claimbench.datasets import text
 
@@ -27,7 +27,7 @@ def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None)
     machine_dir = results / "box"
     if mode is not None:
         record = {"commit": commit, "mode": mode, "inputs": {"s": suite_inputs or {"corpus": "abc"}}}
-        (machine_dir / f"{commit[:8]}{runner.RECORD_SUFFIX}").write_text(json.dumps(record))
+        (machine_dir / f"{commit[:8]}{environment.RECORD_SUFFIX}").write_text(json.dumps(record))
     if low is not None:
         est = intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7)
         evidence.record(BENCH, {"dataset": "d"}, est, machine_dir / f"{commit[:8]}{evidence.SUFFIX}")
@@ -91,7 +91,7 @@ def test_a_clone_with_nothing_beside_it_has_every_input(tmp_path, monkeypatch):
     sample = longcontext.make(longcontext.COMPLETION, 1200, lambda t: len(t.split()), 0)
     assert sample.answers[0] in sample.context
     assert inputs.recorded(clone / "suites") == inputs.recorded(root / "suites")
-    records = sorted((root / "reports" / "results").glob(f"*/*{runner.RECORD_SUFFIX}"))
+    records = sorted((root / "reports" / "results").glob(f"*/*{environment.RECORD_SUFFIX}"))
     assert records, "no reference run records under reports/results"
     reference = json.loads(records[-1].read_text())["inputs"]
     here = inputs.recorded(clone / "suites")
@@ -117,7 +117,7 @@ def test_run_record_merges_suites_and_keeps_the_mode(tmp_path):
     suites.mkdir()
     (suites / "a.py").write_text('INPUTS = ("corpus",)\n')
     (suites / "b.py").write_text("INPUTS = ()\n")
-    path = runner.write_run_record(tmp_path / "box", "f" * 40, "quick", suites)
+    path = environment.write_run_record(tmp_path / "box", "f" * 40, "quick", inputs.recorded(suites))
     record = json.loads(path.read_text())
     assert path.name == "ffffffff.claimbench.json" and record["mode"] == "quick"
     assert record["inputs"] == {"a": {"corpus": inputs.digest("corpus")}, "b": {}}

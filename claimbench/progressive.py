@@ -1,0 +1,158 @@
+"""`claimbench run --serve` (what `make run` does): the leaderboard first, then the suites one at a time.
+
+1. Ingest what is already there (the shipped reference results, this machine's earlier runs) and
+   start the leaderboard: its URL is printed within seconds of the install.
+2. Run the suites one at a time (the papers' suites in papers.toml's order, then the others), each
+   ingested as soon as it finishes: the app shows its rows after a refresh. A progress file beside
+   the store says which suite runs and about how long is left (from this machine's previous
+   times, else QUICK_BUDGET_S a suite); the Claims page and the terminal show it.
+3. Each suite's wall time is recorded as a result (`harness.QuickRun.track_suite_seconds`, quick
+   mode) so that a suite growing past its budget shows in the alerts, and a line says so at once.
+4. Ctrl-C stops the run and the app; every suite ingested so far stays in the store.
+The app stays idle while no page is open (Streamlit reruns only for a visitor), so it does not
+disturb the timings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import alerts, asvfiles, ingest, metrics, report, runner, store
+from . import verdicts as V
+from .registry import REPO_ROOT, Registry
+
+PROGRESS = "progress.json"  # beside the store
+SECONDS = "claimbench-suite-seconds.json"  # beside the machine's results: each suite's last wall time
+QUICK_BUDGET_S = 90  # one suite in quick mode on 2 cores, datasets cached
+QUICK_TOTAL_BUDGET_S = 20 * 60  # every suite
+TIME_BENCHMARK = "harness.QuickRun.track_suite_seconds"
+
+
+def suites_in_order(registry: Registry, root: Path = REPO_ROOT) -> list[str]:
+    names = sorted(p.stem for p in (root / "suites").glob("*.py") if p.stem != "__init__")
+    papers = list(dict.fromkeys(p.suite for p in registry.papers if p.suite in names))
+    return papers + [n for n in names if n not in papers]
+
+
+def progress_path(db=None) -> Path:
+    return store.db_path(db).parent / PROGRESS
+
+
+def read_progress(db=None) -> dict | None:
+    """The run in progress for this store, or None (no run, or its process is gone)."""
+    try:
+        state = json.loads(progress_path(db).read_text())
+        os.kill(state["pid"], 0)
+    except (OSError, ValueError, KeyError):
+        return None
+    return state
+
+
+def progress_text(state: dict) -> str:
+    """'this machine: 4 of 14 suites measured, running ssa, about 3 min left'."""
+    left = max(0, state["eta_s"] - (time.time() - state["since"]))
+    when = f"about {left / 60:.0f} min left" if left >= 90 else f"about {left:.0f} s left"
+    return (f"{state['machine']}: {len(state['done'])} of {state['total']} suites measured ({state['mode']} mode), "
+            f"running {state['running']}, {when}")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _ingest(paths, db, progress) -> None:
+    found = [p for p in paths if Path(p).exists()]
+    if found:
+        rep = ingest.ingest(found, db=db)
+        progress(f"claimbench: ingested {rep.summary().splitlines()[0]}")
+        for path, msg in rep.errors:
+            progress(f"claimbench: could not ingest {path}: {msg}")
+
+
+def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float]) -> None:
+    """Each suite's wall time as a result of this commit, beside asv's (a results file of its own)."""
+    suites = sorted(seconds)
+    asvfiles.write_run(results, machine, commit, int(time.time() * 1000),
+                       {TIME_BENCHMARK: (["suite"], [suites], [seconds[s] for s in suites], metrics.SECONDS.unit)},
+                       env_name="claimbench-suite-times", machine_info=_asv_machine(results / machine))
+
+
+def _asv_machine(machine_dir: Path) -> dict:
+    try:
+        return json.loads((machine_dir / "machine.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = None, root: Path = REPO_ROOT,
+                  db=None, host: str = "127.0.0.1", port: int = 8501, wait: bool = True, progress=print) -> int:
+    import socket
+    machine = machine or socket.gethostname()
+    mode = "quick" if quick else "full"
+    results = runner.results_dir(root, mode)
+    _ingest([runner.results_dir(root, "full"), runner.results_dir(root, "quick"), root / "reports" / "results"], db,
+            progress)
+    app = subprocess.Popen([sys.executable, "-m", "claimbench.cli", "app", "--db", str(store.db_path(db)), "--host", host,
+                            "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
+    suites = suites_in_order(registry, root)
+    seconds_path = results / machine / SECONDS
+    try:
+        previous = json.loads(seconds_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        previous = {}
+    taken, code = {}, 0
+    try:
+        for i, suite in enumerate(suites):
+            state = dict(pid=os.getpid(), machine=machine, mode=mode, done=suites[:i], running=suite, total=len(suites),
+                         since=time.time(), eta_s=sum(previous.get(s, QUICK_BUDGET_S) for s in suites[i:]))
+            _write_json(progress_path(db), state)
+            progress(f"claimbench: {progress_text(state)}")
+            start = time.monotonic()
+            code = runner.run(registry, quick=quick, machine=machine, bench=[rf"^{suite}\."], root=root) or code
+            taken[suite] = time.monotonic() - start
+            if quick and taken[suite] > QUICK_BUDGET_S:
+                progress(f"claimbench: {suite} took {taken[suite]:.0f} s in quick mode, over its {QUICK_BUDGET_S} s "
+                         "budget")
+            _write_json(seconds_path, {**previous, **taken})
+            _ingest([results], db, progress)
+        if quick:
+            _record_times(results, machine, runner.head_commit(root), taken)
+            _ingest([results], db, progress)
+            total = sum(taken.values())
+            over = " (over the budget)" if total > QUICK_TOTAL_BUDGET_S else ""
+            progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}")
+        progress_path(db).unlink(missing_ok=True)
+        with store.connect(db) as con:
+            V.sync_registry(con, registry)
+            latest = V.compute(con, registry)
+            found = alerts.evaluate(con, registry, alerts.Thresholds.from_pyproject(), alerts.acknowledgements())
+        progress(report.claims_table(latest))
+        opened = sum(a.status == "open" for a in found)
+        progress(f"claimbench: {opened} open alert(s)" if opened else "claimbench: no open regressions, gate failures "
+                 "or verdict flips")
+        (root / "reports").mkdir(exist_ok=True)
+        (root / "reports" / "alerts.md").write_text(alerts.markdown(found))
+        for path in report.write(registry, latest, root / "reports"):
+            progress(f"wrote {path}")
+        if wait:
+            progress(f"claimbench: done; the leaderboard is still at http://{host}:{port} (Ctrl-C to stop)")
+            app.wait()
+        return code
+    except KeyboardInterrupt:
+        progress("claimbench: stopped; every suite ingested so far stays in the store")
+        return 130
+    finally:
+        progress_path(db).unlink(missing_ok=True)
+        app.terminate()
+        try:
+            app.wait(10)
+        except subprocess.TimeoutExpired:
+            app.kill()

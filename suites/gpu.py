@@ -1,0 +1,56 @@
+"""GPU benchmarks: on a machine with asv and a CUDA GPU, asv runs them here; on a lent GPU machine
+without asv, `claimbench device-run` runs the same measurements (claimbench/device.py, where each is
+described) and writes the same rows. Elsewhere every row is skipped with one line saying why.
+"""
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench import device, evidence, metrics
+
+INPUTS = ()  # generated tensors only
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+class SsaDecode:
+    params = (device.FULL["contexts"],)
+    param_names = ["context"]
+    timeout = 1800
+
+    def setup_cache(self):
+        if not _cuda():
+            return {}  # (asv passes no cache at all for None)
+        return device.ssa_decode("cuda", device.FULL)
+
+    def _point(self, r, context):
+        if not r:
+            raise SkipNotImplemented("needs a CUDA GPU (torch.cuda.is_available() is False here); on a lent GPU "
+                                     "machine run python -m claimbench.device --out OUT")
+        return r[context]
+
+    @evidence.estimate
+    def track_speedup_vs_dense(self, r, context):
+        point = self._point(r, context)
+        if point["max_error"] > device.GATE_TOLERANCE:
+            raise AssertionError(f"the kernel differs from the reference by {point['max_error']:.3g}")
+        return point["speedup"]
+    track_speedup_vs_dense.unit = metrics.SPEEDUP.unit
+
+    def track_max_error_vs_reference(self, r, context):
+        return self._point(r, context)["max_error"]
+    track_max_error_vs_reference.unit = metrics.RELATIVE_ERROR.unit
+
+    @evidence.estimate
+    def track_dense_seconds(self, r, context):
+        return self._point(r, context)["dense_s"]
+    track_dense_seconds.unit = metrics.SECONDS.unit
+
+    @evidence.estimate
+    def track_sparse_seconds(self, r, context):
+        return self._point(r, context)["sparse_s"]
+    track_sparse_seconds.unit = metrics.SECONDS.unit

@@ -1,0 +1,57 @@
+"""The device run's dry run (CPU, Triton's interpreter): its output is what ingest takes, and it runs
+from a bare copy of the repository, as on a lent GPU machine where nothing is installed."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from claimbench import device, environment, ingest, registry, store
+from claimbench import verdicts as V
+
+pytest.importorskip("triton")
+
+
+def test_dry_run_writes_results_ingest_takes_with_gpu_fields(tmp_path):
+    cli = [sys.executable, "-m", "claimbench.cli", "device-run", "--dry-run", "--out", str(tmp_path / "out"),
+           "--machine", "dry-box"]  # a process of its own: the interpreter is chosen before triton loads
+    done = subprocess.run(cli, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    machine_dir = tmp_path / "out" / "dry-box"
+    record = json.loads(next(machine_dir.glob(f"*{environment.RECORD_SUFFIX}")).read_text())
+    assert record["mode"] == "dry-run" and record["inputs"] == {"gpu": {}}
+    env = json.loads((machine_dir / environment.SIDECAR).read_text())
+    assert {"gpu", "gpu_count", "driver", "cuda", "libraries"} <= set(env)
+    db = tmp_path / "s.duckdb"
+    report = ingest.ingest([tmp_path / "out"], db=db)
+    assert report.ok and report.added == 1, report.summary()
+    with store.connect(db) as con:
+        rows = con.execute("""SELECT x.benchmark, x.value, x.low, x.high, r.mode FROM results x JOIN runs r
+                              USING (run_id) WHERE x.benchmark LIKE '%speedup_vs_dense'""").fetchall()
+        gpu, count = con.execute("SELECT gpu, gpu_count FROM machines WHERE machine = 'dry-box'").fetchone()
+        latest = [v for v in V.compute(con, registry.load()) if v.claim.key == "ssa/decode-speedup-1m"]
+    assert len(rows) == len(device.DRY["contexts"]) and all(low <= v <= high for _, v, low, high, _ in rows)
+    assert {m for *_, m in rows} == {"dry-run"} and (gpu, count) == (None, 0)
+    assert {v.verdict for v in latest} == {V.NOT_TESTABLE}  # a dry run on a CPU measures no GPU claim
+
+
+def test_the_dry_run_runs_from_a_bare_copy(tmp_path):
+    """Without claimbench installed: the editable install's finder removed, the copy on sys.path."""
+    clone = tmp_path / "copy"
+    subprocess.run(["git", "clone", "-q", str(registry.REPO_ROOT), str(clone)], check=True)
+    for folder in ("claimbench", "impl", "baselines", "datasets", "suites"):  # the working tree, as a device gets it
+        subprocess.run(["cp", "-rT", str(registry.REPO_ROOT / folder), str(clone / folder)], check=True)
+    script = "\n".join([
+        "import runpy, sys",
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]",
+        f"sys.path.insert(0, {str(clone)!r})",
+        f"sys.argv = ['device', '--dry-run', '--out', {str(tmp_path / 'o')!r}, '--machine', 'bare']",
+        "try:",
+        "    runpy.run_module('claimbench.device', run_name='__main__')",
+        "except SystemExit as e:",
+        "    assert not e.code, e.code",
+        "print(sys.modules['claimbench.impl.sparse_decode_triton'].__file__)"])
+    out = subprocess.run([sys.executable, "-c", script], cwd=clone, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "wrote" in out.stdout and list((tmp_path / "o" / "bare").glob("*-device-py*.json"))
+    assert out.stdout.strip().splitlines()[-1] == str(clone / "impl" / "sparse_decode_triton.py")  # the copy's code

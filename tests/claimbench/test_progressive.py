@@ -1,0 +1,131 @@
+"""`claimbench run --serve` on a tiny real asv suite: the leaderboard answers while the suite runs, the
+suite's rows land when it ends, and Ctrl-C mid-run stops everything with the store intact."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from claimbench import appserver, asvfiles, progressive, registry, store
+
+SLOW_SUITE = '''
+import time
+
+INPUTS = ()
+
+
+class Slow:
+    def track_value(self):
+        time.sleep(8)
+        return 1.0
+    track_value.unit = "queries/s"
+'''
+PAPERS = '''
+[[paper]]
+id = "slow"
+title = "Slow"
+tier = "A"
+task = "t"
+suite = "slow"
+baselines = ["b"]
+
+[[paper.claims]]
+id = "c"
+metric = "m"
+unit = "x"
+direction = "higher"
+claimed_text = "better"
+conditions = ""
+baseline = "b"
+benchmark = "slow.Slow.track_value"
+'''
+
+
+@pytest.fixture
+def tiny_repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "suites").mkdir(parents=True)
+    (repo / "suites" / "__init__.py").write_text("")
+    (repo / "suites" / "slow.py").write_text(textwrap.dedent(SLOW_SUITE))
+    (repo / "papers.toml").write_text(PAPERS)
+    base = {"version": 1, "project": "tiny", "repo": ".", "branches": ["HEAD"], "environment_type": "existing",
+            "benchmark_dir": "suites", "env_dir": ".asv/env"}
+    for name, results in (("asv.conf.json", ".asv/results"), ("asv.quick.conf.json", ".asv/results-quick")):
+        (repo / name).write_text(json.dumps({**base, "results_dir": results, "html_dir": results + "-html"}))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "tiny"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file
+    return repo
+
+
+def answers(url: str) -> bool:
+    try:
+        return urllib.request.urlopen(url + "/_stcore/health", timeout=2).status == 200
+    except OSError:
+        return False
+
+
+def rows(db, benchmark: str) -> int:
+    with store.connect(db, read_only=True) as con:
+        return 0 if con is None else con.execute("SELECT count(*) FROM results WHERE benchmark = ?",
+                                                 [benchmark]).fetchone()[0]
+
+
+def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(tiny_repo, tmp_path):
+    db, port = tmp_path / "s.duckdb", appserver.free_port()
+    url, done = f"http://127.0.0.1:{port}", []
+    reg = registry.load(tiny_repo / "papers.toml")
+    run = threading.Thread(target=lambda: done.append(progressive.serve_and_run(
+        reg, quick=True, machine="tinybox", root=tiny_repo, db=db, port=port, wait=False, progress=lambda m: None)))
+    run.start()
+    deadline, seen = time.monotonic() + 120, False
+    while time.monotonic() < deadline and run.is_alive():
+        state = progressive.read_progress(db)
+        if state and state["running"] == "slow" and answers(url):
+            seen = True
+            assert progressive.progress_text(state).startswith("tinybox: 0 of 1 suites measured (quick mode), running slow")
+            assert rows(db, "slow.Slow.track_value") == 0  # not there yet
+            break
+        time.sleep(0.3)
+    run.join(300)
+    assert seen, "the leaderboard did not answer while the suite ran"
+    assert done == [0] and rows(db, "slow.Slow.track_value") == 1
+    assert rows(db, progressive.TIME_BENCHMARK) == 1  # the suite's own wall time, a result of the quick run
+    assert progressive.read_progress(db) is None and not answers(url)  # the app stopped with the run
+    assert (tiny_repo / "reports" / "alerts.md").exists()
+
+
+def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(tiny_repo, tmp_path):
+    db, port = tmp_path / "s.duckdb", appserver.free_port()
+    shipped = tiny_repo / "reports" / "results"  # reference results: ingested before the suites run
+    asvfiles.write_run(shipped, "ref-box", "a" * 40, 1_700_000_000_000, {"slow.Slow.track_value": ([], [], [2.0], "x")})
+    script = textwrap.dedent(f"""
+        import sys
+        from claimbench import progressive, registry
+        reg = registry.load({str(tiny_repo / 'papers.toml')!r})
+        sys.exit(progressive.serve_and_run(reg, machine="tinybox", root=__import__("pathlib").Path({str(tiny_repo)!r}),
+                                           db={str(db)!r}, port={port}))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not ((progressive.read_progress(db) or {}).get("running") == "slow"
+                                                and answers(f"http://127.0.0.1:{port}")):
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-2000:]
+    assert "stopped" in out
+    with store.connect(db, read_only=True) as con:  # consistent: opens, reads, no half-written run
+        assert con.execute("SELECT count(*) FROM runs r LEFT JOIN results x USING (run_id) "
+                           "WHERE x.run_id IS NULL").fetchone()[0] == 0
+        assert con.execute("SELECT machine, value FROM results JOIN runs USING (run_id)").fetchall() == [("ref-box", 2.0)]
+    assert not answers(f"http://127.0.0.1:{port}") and progressive.read_progress(db) is None
