@@ -267,8 +267,8 @@ def alerts(version) -> pd.DataFrame:
         if con is None:
             return []
         latest = V.compute(con, R.load(), store_history=False)
-        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest),
-                             A.acknowledgements())
+        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest)
+                             + A.budget_alerts(con), A.acknowledgements())
     found = _read(query)
     df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,
                             commit=(a.commit_hash or "")[:8], commit_date=a.commit_date, before=a.before,

@@ -1,5 +1,5 @@
 """Regression alerts over every (benchmark, params, machine, mode, inputs) series, plus gate
-failures and verdict flips. A quick run's results and results on other inputs (another corpus,
+failures, verdict flips and suites over their quick-mode time budget. A quick run's results and results on other inputs (another corpus,
 results from before inputs were recorded) are series of their own: they never raise an alert
 against a full run's history.
 
@@ -37,7 +37,7 @@ from . import inputs
 from . import verdicts as V
 from .registry import REPO_ROOT
 
-KINDS = ("regression", "gate", "flip")
+KINDS = ("regression", "gate", "flip", "budget")
 REFERENCE_POINTS = 3  # the newest value is compared with the median of this many before it
 MIN_HISTORY = 4  # values before the newest needed to estimate the noise
 NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units (and the threshold)
@@ -198,10 +198,24 @@ def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:
     return alerts
 
 
+def budget_alerts(con) -> list[Alert]:
+    """A suite whose newest quick run took longer than its budget (claimbench.progressive)."""
+    from .progressive import QUICK_BUDGET_S, TIME_BENCHMARK
+    rows = con.execute(
+        """SELECT x.params, r.machine, r.commit_hash, r.commit_date, x.value FROM results x JOIN runs r USING (run_id)
+           WHERE x.benchmark = ? AND x.value IS NOT NULL AND r.mode = 'quick'
+           QUALIFY row_number() OVER (PARTITION BY r.machine, x.params ORDER BY r.commit_date DESC, r.ingested_at DESC) = 1""",
+        [TIME_BENCHMARK]).fetchall()
+    return [Alert("budget", TIME_BENCHMARK, params, machine, commit, date, float(QUICK_BUDGET_S), value,
+                  f"{json.loads(params).get('suite')}: {value:.0f} s in quick mode, over its {QUICK_BUDGET_S} s budget",
+                  mode="quick") for params, machine, commit, date, value in rows if value > QUICK_BUDGET_S]
+
+
 def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None) -> list[Alert]:
     """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these."""
     latest = V.compute(con, registry)
-    found = acknowledge(regressions(con, thresholds) + gate_and_flip_alerts(con, latest), acknowledged or {})
+    found = acknowledge(regressions(con, thresholds) + gate_and_flip_alerts(con, latest) + budget_alerts(con),
+                        acknowledged or {})
     found.sort(key=lambda a: (a.status == "open", a.commit_date is not None, a.commit_date or 0), reverse=True)
     con.execute("BEGIN")
     con.execute("DELETE FROM alerts")

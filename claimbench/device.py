@@ -88,17 +88,16 @@ def ssa_decode(device: str, sizes: dict, progress=print) -> dict[int, dict]:
     from claimbench.baselines.sparse_attention import weighted_attention
     from claimbench.impl.sparse_decode_triton import sparse_decode_attention
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
     timed = _timer(device)
     out = {}
     for n in sizes["contexts"]:
         m = max(n // SPARSITY, 16)
-        q = torch.randn(1, H, 1, d, generator=gen).to(device, dtype)
-        k = torch.randn(1, hkv, n, d, generator=gen).to(device, dtype)
-        v = torch.randn(1, hkv, n, d, generator=gen).to(device, dtype)
-        index = torch.stack([torch.randperm(n, generator=gen)[:m].sort().values for _ in range(hkv)]).to(device)
-        log_w = torch.rand(hkv, m, generator=gen).log().to(device)
+        q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=dtype)
+                   for shape in ((1, H, 1, d), (1, hkv, n, d), (1, hkv, n, d)))
+        index = torch.stack([torch.randperm(n, generator=gen, device=device)[:m].sort().values for _ in range(hkv)])
+        log_w = torch.rand(hkv, m, generator=gen, device=device).log()
         reference = weighted_attention(q.float(), k.float(), v.float(), index, log_w)
         error = float((sparse_decode_attention(q, k, v, index, log_w).float() - reference).abs().max())
         sparse = lambda: sparse_decode_attention(q, k, v, index, log_w)  # noqa: E731

@@ -76,10 +76,10 @@ def _ingest(paths, db, progress) -> None:
             progress(f"claimbench: could not ingest {path}: {msg}")
 
 
-def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float]) -> None:
+def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float], date_ms: int | None = None) -> None:
     """Each suite's wall time as a result of this commit, beside asv's (a results file of its own)."""
     suites = sorted(seconds)
-    asvfiles.write_run(results, machine, commit, int(time.time() * 1000),
+    asvfiles.write_run(results, machine, commit, date_ms or int(time.time() * 1000),
                        {TIME_BENCHMARK: (["suite"], [suites], [seconds[s] for s in suites], metrics.SECONDS.unit)},
                        env_name="claimbench-suite-times", machine_info=_asv_machine(results / machine))
 

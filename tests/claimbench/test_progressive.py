@@ -129,3 +129,18 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(tiny_repo,
                            "WHERE x.run_id IS NULL").fetchone()[0] == 0
         assert con.execute("SELECT machine, value FROM results JOIN runs USING (run_id)").fetchall() == [("ref-box", 2.0)]
     assert not answers(f"http://127.0.0.1:{port}") and progressive.read_progress(db) is None
+
+
+def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
+    from claimbench import alerts, environment, ingest
+    results = tmp_path / "quick"
+    for i, seconds in enumerate(([40.0, 30.0], [200.0, 30.0])):  # the newest quick run of "slow" is over budget
+        commit = f"{i + 1:08x}" + "0" * 32
+        progressive._record_times(results, "box", commit, {"slow": seconds[0], "fast": seconds[1]},
+                                  1_700_000_000_000 + i * 86_400_000)
+        environment.write_run_record(results / "box", commit, "quick", {"harness": {}})
+    db = tmp_path / "s.duckdb"
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found = alerts.budget_alerts(con)
+    assert [(a.kind, json.loads(a.params)["suite"], a.after) for a in found] == [("budget", "slow", 200.0)]
