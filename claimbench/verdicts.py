@@ -129,9 +129,11 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded.
     """
     missing = [r for r in claim.requires if r not in caps]
+    if missing:  # results from a machine without it (a CPU dry run of the GPU rows) do not measure the claim
+        why = "; ".join(REQUIREMENT_TEXT.get(r, f"needs {r}") for r in missing)
+        return Verdict(claim, machine, NOT_TESTABLE, reason=why + ("; the rows here come from a stand-in run" if measured
+                                                                   else ""))
     if not measured:
-        if missing:
-            return Verdict(claim, machine, NOT_TESTABLE, reason="; ".join(REQUIREMENT_TEXT.get(r, f"needs {r}") for r in missing))
         if claim.not_testable:
             return Verdict(claim, machine, NOT_TESTABLE, reason=claim.not_testable)
         reason = "no benchmark yet" if not claim.benchmark else "no result from this machine yet"
