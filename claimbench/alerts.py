@@ -7,8 +7,9 @@ Two rules, and each alert says which fired:
 - `asv step`: asv's own step detection, for steps inside the history.
 - `newest point`: the newest value against a reference, the better of the previous value and the
   median of the REFERENCE_POINTS values before it (after a climb, the level it climbed to; after a
-  drop at the last two points, the level before them), flagged when it is worse by more than the
-  series' threshold and by more than NOISE_Z times the history's noise (1.4826 x the median absolute deviation of its successive relative changes: a
+  drop at the last two points, the level before them), flagged when it is worse by more than
+  SINGLE_POINT_MARGIN times the series' threshold (asv's steps average many points; a lone newest
+  point carries its whole noise) and by more than NOISE_Z times the history's noise (1.4826 x the median absolute deviation of its successive relative changes: a
   series that climbs steadily has little noise, however far it climbed). asv's step detection
   judges a single trailing point after a climb as noise; a CI job that runs on every change always
   sees its new commit as that trailing point. With fewer than MIN_HISTORY values before the newest,
@@ -40,7 +41,8 @@ from .registry import REPO_ROOT
 KINDS = ("regression", "gate", "flip", "budget")
 REFERENCE_POINTS = 3  # the newest value is compared with the median of this many before it
 MIN_HISTORY = 4  # values before the newest needed to estimate the noise
-NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units (and the threshold)
+NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units
+SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one point carries its whole noise
 
 
 def _alerts_config(path) -> dict:
@@ -150,7 +152,7 @@ def newest_point(values: list[float], direction: str, threshold: float) -> tuple
         noise = 1.08 * (sum(d * d for d in kept) / max(len(kept) - 1, 1)) ** 0.5
     else:
         noise = 2 * threshold / NOISE_Z
-    return (reference, newest, worse) if worse > max(threshold, NOISE_Z * noise) else None
+    return (reference, newest, worse) if worse > max(SINGLE_POINT_MARGIN * threshold, NOISE_Z * noise) else None
 
 
 def detect(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float, str]]:
