@@ -28,7 +28,7 @@ def run_progress() -> None:
     state = progressive.read_progress()
     if state:
         st.info(f"Measuring now: {progressive.progress_text(state)}. Refresh to see each suite's rows as it "
-                "finishes.", icon="⏳")
+                "finishes.")
 
 
 def empty_notice(has_results: bool) -> None:

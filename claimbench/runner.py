@@ -79,6 +79,49 @@ def code_stamp(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below pid (Linux: /proc/<pid>/task/<tid>/children), deepest last."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
+
+
+def stop_tree(pid: int, grace_s: float = 10.0) -> None:
+    """Stop a process and everything under it. asv runs each benchmark in a session of its own, so
+    Ctrl-C at the terminal reaches asv but not the benchmark, and asv waits for it."""
+    import signal
+    import time
+    victims = [pid, *_descendants(pid)]
+    for p in reversed(victims):
+        try:
+            os.kill(p, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    def alive(p: int) -> bool:
+        try:
+            return Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is gone
+        except (OSError, IndexError):
+            return False
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(map(alive, victims)):
+        time.sleep(0.1)
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap asv itself (a zombie keeps its /proc entry)
+        except ChildProcessError:
+            pass
+    for p in victims:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
         bench: list[str] | None = None, root: Path = REPO_ROOT) -> int:
     """Run the suites with asv, streaming its progress.
@@ -115,8 +158,7 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
                 if _FAILED.search(line) and "···" in line:
                     failed.append(line.split("···")[-1].strip())
         except KeyboardInterrupt:  # Ctrl-C: stop asv too (what it saved before stays), then pass it on
-            proc.terminate()
-            proc.wait(30)
+            stop_tree(proc.pid)
             raise
     environment.write_sidecar(machine_dir)
     environment.write_run_record(machine_dir, commit, mode,

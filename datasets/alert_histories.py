@@ -5,7 +5,8 @@ Shapes (12 commits of history, 2% noise per point, then the newest commit):
 - `climbing`: performance climbs 7x over the history (kernel work, like GloVe's 0.43x -> 3.0x), then
   the newest point drops;
 - `flat`: a flat noisy history, then the newest point drops;
-- `falling`: performance falls 3% a commit, then the newest point drops by more;
+- `falling`: performance falls 3% a commit, then the newest point drops by more (the fall itself,
+  30% over the history, is a regression too: alerts on it without a planted drop are not false);
 - `last-two`: flat, and the last two points drop;
 - `middle-step`: flat, then a step down in the middle, held to the end (asv's step detection's case);
 - `improvement`: flat, then the newest point improves by the drop size (must never alert).

@@ -26,6 +26,21 @@ class Slow:
         return 1.0
     track_value.unit = "queries/s"
 '''
+STUCK_SUITE = '''
+import time
+
+INPUTS = ()
+
+
+class Stuck:
+    def setup_cache(self):  # asv runs this in a session of its own: Ctrl-C at the terminal never reaches it
+        time.sleep(600)
+        return 1.0
+
+    def track_value(self, r):
+        return r
+    track_value.unit = "queries/s"
+'''
 PAPERS = '''
 [[paper]]
 id = "slow"
@@ -47,12 +62,12 @@ benchmark = "slow.Slow.track_value"
 '''
 
 
-@pytest.fixture
-def tiny_repo(tmp_path, monkeypatch):
+def make_repo(tmp_path, suites: dict[str, str]):
     repo = tmp_path / "repo"
     (repo / "suites").mkdir(parents=True)
     (repo / "suites" / "__init__.py").write_text("")
-    (repo / "suites" / "slow.py").write_text(textwrap.dedent(SLOW_SUITE))
+    for name, source in suites.items():
+        (repo / "suites" / f"{name}.py").write_text(textwrap.dedent(source))
     (repo / "papers.toml").write_text(PAPERS)
     base = {"version": 1, "project": "tiny", "repo": ".", "branches": ["HEAD"], "environment_type": "existing",
             "benchmark_dir": "suites", "env_dir": ".asv/env"}
@@ -62,8 +77,19 @@ def tiny_repo(tmp_path, monkeypatch):
            "GIT_COMMITTER_EMAIL": "t@t"}
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "tiny"]):
         subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
-    monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file
     return repo
+
+
+@pytest.fixture
+def tiny_repo(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file
+    return make_repo(tmp_path, {"slow": SLOW_SUITE})
+
+
+@pytest.fixture
+def stuck_repo(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return make_repo(tmp_path, {"stuck": STUCK_SUITE})
 
 
 def answers(url: str) -> bool:
@@ -103,7 +129,8 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
     assert (tiny_repo / "reports" / "alerts.md").exists()
 
 
-def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(tiny_repo, tmp_path):
+def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo, tmp_path):
+    tiny_repo = stuck_repo
     db, port = tmp_path / "s.duckdb", appserver.free_port()
     shipped = tiny_repo / "reports" / "results"  # reference results: ingested before the suites run
     asvfiles.write_run(shipped, "ref-box", "a" * 40, 1_700_000_000_000, {"slow.Slow.track_value": ([], [], [2.0], "x")})
@@ -117,10 +144,11 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(tiny_repo,
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not ((progressive.read_progress(db) or {}).get("running") == "slow"
+    while time.monotonic() < deadline and not ((progressive.read_progress(db) or {}).get("running") == "stuck"
                                                 and answers(f"http://127.0.0.1:{port}")):
         time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    time.sleep(5)  # asv is inside setup_cache now
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group, not asv's benchmark session
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out[-2000:]
     assert "stopped" in out
@@ -129,6 +157,8 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(tiny_repo,
                            "WHERE x.run_id IS NULL").fetchone()[0] == 0
         assert con.execute("SELECT machine, value FROM results JOIN runs USING (run_id)").fetchall() == [("ref-box", 2.0)]
     assert not answers(f"http://127.0.0.1:{port}") and progressive.read_progress(db) is None
+    left = subprocess.run(["pgrep", "-f", f"{tiny_repo}/suites"], capture_output=True, text=True).stdout.split()
+    assert not left, f"benchmark processes left running: {left}"
 
 
 def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
