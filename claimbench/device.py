@@ -38,6 +38,7 @@ SPARSITY = 50
 FULL = {"contexts": [32_768, 131_072, 524_288, 1_048_576], "heads": 32, "kv_heads": 8, "head_dim": 128, "rounds": 15}
 DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6}
 GATE_TOLERANCE = 2e-2  # max |kernel - fp32 reference| on bf16 inputs (the dry run's fp32: far below)
+BUDGET_S = 8 * 60  # every GPU benchmark together, within a lent machine's minutes
 
 
 @dataclass
@@ -79,9 +80,11 @@ def _timer(device: str):
     return timed
 
 
-def ssa_decode(device: str, sizes: dict, progress=print) -> dict[int, dict]:
+def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGET_S) -> dict[int, dict]:
     """Per context: the speedup estimate (per-round dense time / sparse time), both times and the
-    kernel's max error against the fp32 torch reference."""
+    kernel's max error against the fp32 torch reference. Contexts are measured smallest first; once
+    budget_s is spent the larger ones are left out, and a line says which."""
+    started = time.monotonic()
     import torch
     import torch.nn.functional as F
 
@@ -93,6 +96,9 @@ def ssa_decode(device: str, sizes: dict, progress=print) -> dict[int, dict]:
     timed = _timer(device)
     out = {}
     for n in sizes["contexts"]:
+        if time.monotonic() - started > budget_s:
+            progress(f"  ssa decode: {budget_s:.0f} s spent; left out {[c for c in sizes['contexts'] if c >= n]}")
+            break
         m = max(n // SPARSITY, 16)
         q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=dtype)
                    for shape in ((1, H, 1, d), (1, hkv, n, d), (1, hkv, n, d)))
