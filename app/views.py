@@ -5,7 +5,8 @@ import streamlit as st
 from claimbench import store
 
 VERDICT_COLORS = {"reproduced": "#1a7f37", "partly": "#bf8700", "not reproduced": "#cf222e",
-                  "inconclusive": "#0969da", "gate failed": "#8250df", "not testable here": "#6e7781", "not measured yet": "#afb8c1"}
+                  "inconclusive": "#0969da", "gate failed": "#8250df", "not testable here": "#6e7781",
+                  "not measured yet": "#afb8c1"}
 
 HOW_TO_RUN = """
 **No results in the store yet** (`{db}`).

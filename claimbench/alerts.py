@@ -1,19 +1,22 @@
 """Regression alerts over every (benchmark, params, machine, mode, inputs) series, plus gate
-failures, verdict flips and suites over their quick-mode time budget. A quick run's results and results on other inputs (another corpus,
-results from before inputs were recorded) are series of their own: they never raise an alert
-against a full run's history.
+failures, verdict flips and suites over their quick-mode time budget. A quick run's results and
+results on other inputs (another corpus, results from before inputs were recorded) are series of
+their own: they never raise an alert against a full run's history.
 
 Two rules, and each alert says which fired:
 - `asv step`: asv's own step detection, for steps inside the history.
 - `newest point`: the newest value against a reference, the better of the previous value and the
   median of the REFERENCE_POINTS values before it (after a climb, the level it climbed to; after a
-  drop at the last two points, the level before them), flagged when it is worse by more than
+  drop at the last two points, the level before them). It is flagged when it is worse by more than
   SINGLE_POINT_MARGIN times the series' threshold (asv's steps average many points; a lone newest
-  point carries its whole noise) and by more than NOISE_Z times the history's noise (1.4826 x the median absolute deviation of its successive relative changes: a
-  series that climbs steadily has little noise, however far it climbed). asv's step detection
-  judges a single trailing point after a climb as noise; a CI job that runs on every change always
-  sees its new commit as that trailing point. With fewer than MIN_HISTORY values before the newest,
-  twice the threshold stands in for the noise.
+  point carries its whole noise) and by more than NOISE_Z times the history's noise: the standard
+  deviation of its successive relative changes about their median, the one farthest out left aside
+  (so one earlier step does not widen it), times 1.08 for what leaving it aside takes off. A series
+  that climbs steadily has little noise, however far it climbed. asv's step detection judges a
+  single trailing point after a climb as noise; a CI job that runs on every change always sees its
+  new commit as that trailing point. With fewer than MIN_HISTORY values before the newest, twice
+  the threshold stands in for the noise. (The scale estimate, NOISE_Z and SINGLE_POINT_MARGIN were
+  chosen on planted series: harness.AlertRecall.)
 
 asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
@@ -206,7 +209,8 @@ def budget_alerts(con) -> list[Alert]:
     rows = con.execute(
         """SELECT x.params, r.machine, r.commit_hash, r.commit_date, x.value FROM results x JOIN runs r USING (run_id)
            WHERE x.benchmark = ? AND x.value IS NOT NULL AND r.mode = 'quick'
-           QUALIFY row_number() OVER (PARTITION BY r.machine, x.params ORDER BY r.commit_date DESC, r.ingested_at DESC) = 1""",
+           QUALIFY row_number() OVER (PARTITION BY r.machine, x.params
+                                      ORDER BY r.commit_date DESC, r.ingested_at DESC) = 1""",
         [TIME_BENCHMARK]).fetchall()
     return [Alert("budget", TIME_BENCHMARK, params, machine, commit, date, float(QUICK_BUDGET_S), value,
                   f"{json.loads(params).get('suite')}: {value:.0f} s in quick mode, over its {QUICK_BUDGET_S} s budget",

@@ -31,8 +31,8 @@ def write_run(results_dir: Path, machine: str, commit: str, date_ms: int,
                       "type": "track"}
     machine_dir = results_dir / machine
     machine_dir.mkdir(parents=True, exist_ok=True)
-    data = {"commit_hash": commit, "env_name": env_name, "date": date_ms, "params": {"machine": machine, "python": python},
-            "python": python, "requirements": {}, "env_vars": {}, "result_columns": COLUMNS, "results": results,
+    data = {"commit_hash": commit, "env_name": env_name, "date": date_ms,
+            "params": {"machine": machine, "python": python}, "python": python, "requirements": {}, "env_vars": {}, "result_columns": COLUMNS, "results": results,
             "durations": {}, "version": API_VERSION}
     path = machine_dir / f"{commit[:8]}-{env_name}.json"
     path.write_text(json.dumps(data, separators=(",", ":")))

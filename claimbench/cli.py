@@ -107,7 +107,8 @@ def cmd_app(args) -> int:
 
 def cmd_device_run(args) -> int:
     from . import device
-    argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else []) + (["--machine", args.machine] if args.machine else [])
+    argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else [])
+    argv += ["--machine", args.machine] if args.machine else []
     return device.main(argv)
 
 

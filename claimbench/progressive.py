@@ -76,7 +76,8 @@ def _ingest(paths, db, progress) -> None:
             progress(f"claimbench: could not ingest {path}: {msg}")
 
 
-def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float], date_ms: int | None = None) -> None:
+def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float],
+                  date_ms: int | None = None) -> None:
     """Each suite's wall time as a result of this commit, beside asv's (a results file of its own)."""
     suites = sorted(seconds)
     asvfiles.write_run(results, machine, commit, date_ms or int(time.time() * 1000),
@@ -99,8 +100,8 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
     results = runner.results_dir(root, mode)
     _ingest([runner.results_dir(root, "full"), runner.results_dir(root, "quick"), root / "reports" / "results"], db,
             progress)
-    app = subprocess.Popen([sys.executable, "-m", "claimbench.cli", "app", "--db", str(store.db_path(db)), "--host", host,
-                            "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = subprocess.Popen([sys.executable, "-m", "claimbench.cli", "app", "--db", str(store.db_path(db)),
+                            "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
     suites = suites_in_order(registry, root)
     seconds_path = results / machine / SECONDS

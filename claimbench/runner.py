@@ -14,9 +14,11 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from asv.machine import Machine, MachineCollection
@@ -26,7 +28,6 @@ from .registry import REPO_ROOT, Registry
 
 QUICK_ENV = "CLAIMBENCH_QUICK"
 CONFIGS = {"full": "asv.conf.json", "quick": "asv.quick.conf.json"}
-MODES = ("full", "quick")
 
 
 def asv_config(root: Path = REPO_ROOT, mode: str = "full") -> dict:
@@ -95,8 +96,6 @@ def _descendants(pid: int) -> list[int]:
 def stop_tree(pid: int, grace_s: float = 10.0) -> None:
     """Stop a process and everything under it. asv runs each benchmark in a session of its own, so
     Ctrl-C at the terminal reaches asv but not the benchmark, and asv waits for it."""
-    import signal
-    import time
     victims = [pid, *_descendants(pid)]
     for p in reversed(victims):
         try:

@@ -16,7 +16,10 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 | claim without a target: lo above neutral             | any                  | reproduced      |
 | claim without a target: hi at or below neutral       | any                  | not reproduced  |
 | claim without a target: spans neutral                | any                  | inconclusive    |
-| none recorded (older results)                        | reaches / past neutral / neither | reproduced / partly / not reproduced, marked "no interval" |
+| none recorded (older results)                        | reaches the claim    | reproduced      |
+| none recorded                                        | past neutral only    | partly          |
+| none recorded                                        | neither              | not reproduced  |
+(a verdict without an interval says "no interval").
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
 deciding combination; each combination's own is in the detail. Other outcomes:
@@ -84,19 +87,30 @@ class Verdict:
         return f"{self.measured:.3g}{unit} [{self.low:.3g}, {self.high:.3g}]"
 
 
+def reach(claim: Claim) -> float | None:
+    """What a value must reach to count as the claim: its weaker end less `tolerance` of the gain."""
+    if claim.target is None:
+        return None
+    sign = 1.0 if claim.direction == "higher" else -1.0
+    return claim.target - sign * claim.tolerance * abs(claim.target - claim.neutral)
+
+
+def reaches(claim: Claim, value: float) -> bool:
+    return (1.0 if claim.direction == "higher" else -1.0) * (value - reach(claim)) >= 0
+
+
 def classify(claim: Claim, value: float, low: float | None, high: float | None, enough: bool = True) -> tuple[str, str]:
     """(verdict, why) by the table in the module docstring."""
     sign = 1.0 if claim.direction == "higher" else -1.0
     def past_neutral(v):
         return sign * (v - claim.neutral) > 0
     target = claim.target
-    reach = None if target is None else target - sign * claim.tolerance * abs(target - claim.neutral)
-    def reaches(v):
-        return sign * (v - reach) >= 0
+    def reaches_claim(v):
+        return reaches(claim, v)
     if low is None or high is None:
         if target is None:
             return (REPRODUCED if past_neutral(value) else NOT_REPRODUCED), "no interval"
-        return (REPRODUCED if reaches(value) else PARTLY if past_neutral(value) else NOT_REPRODUCED), "no interval"
+        return (REPRODUCED if reaches_claim(value) else PARTLY if past_neutral(value) else NOT_REPRODUCED), "no interval"
     if not enough:
         return INCONCLUSIVE, "too few samples for a 95% interval"
     worst, best = (low, high) if sign > 0 else (high, low)
@@ -106,11 +120,11 @@ def classify(claim: Claim, value: float, low: float | None, high: float | None, 
         if not past_neutral(best):
             return NOT_REPRODUCED, "interval at or below neutral"
         return INCONCLUSIVE, "interval spans neutral"
-    if not reaches(best):
+    if not reaches_claim(best):
         return (PARTLY, "interval short of the claim, clear of neutral") if past_neutral(worst) else (
             NOT_REPRODUCED, "interval short of the claim")
     if past_neutral(worst):
-        return (REPRODUCED, "interval clear of neutral") if reaches(value) else (
+        return (REPRODUCED, "interval clear of neutral") if reaches_claim(value) else (
             PARTLY, "value short of the claim, interval clear of neutral")
     return INCONCLUSIVE, "interval spans both neutral and the claim"
 
@@ -180,9 +194,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     else:
         reason = f"{claim.fold} over {len(passing)} combination(s) = {shown} {claim.unit} vs claimed {claim.claimed_text}"
         if len(passing) > 1:
-            reach = claim.target - (1 if claim.direction == "higher" else -1) * claim.tolerance * abs(claim.target - claim.neutral)
-            hits = sum((v >= reach) if claim.direction == "higher" else (v <= reach) for v in passing)
-            reason += f"; {hits} of {len(passing)} reach it"
+            reason += f"; {sum(reaches(claim, v) for v in passing)} of {len(passing)} reach it"
         reason += f"; {why}"
         if not enough:
             reason += f" ({deciding['n']} samples, {deciding['min_n']} needed)"

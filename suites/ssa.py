@@ -13,8 +13,8 @@ and held fixed in the resamples (so the gain's interval leaves out the choice's 
 proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact
 keys (full mode).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (the claims'
-sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUICK=1: 4K only, 50x only, one sample per chat task
-and 10 completion samples (the fewest an interval is called on).
+sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUICK=1: 4K only,
+50x only, one sample per chat task and 10 completion samples (the fewest an interval is called on).
 """
 import math
 import os

@@ -117,7 +117,8 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
         state = progressive.read_progress(db)
         if state and state["running"] == "slow" and answers(url):
             seen = True
-            assert progressive.progress_text(state).startswith("tinybox: 0 of 1 suites measured (quick mode), running slow")
+            assert progressive.progress_text(state).startswith(
+                "tinybox: 0 of 1 suites measured (quick mode), running slow")
             assert rows(db, "slow.Slow.track_value") == 0  # not there yet
             break
         time.sleep(0.3)
