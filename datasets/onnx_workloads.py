@@ -1,7 +1,7 @@
 """Workloads for the engine tuner: real and small models exported to ONNX (torch's legacy exporter,
 `dynamo=False`, works offline), with gate inputs, timing inputs and a held-out task check.
 
-- `minilm-l6` (all-MiniLM-L6-v2, batch 8 x 128 tokens of on-machine sentences): held-out
+- `minilm-l6` (all-MiniLM-L6-v2, batch 8 x 128 tokens of pinned-corpus sentences): held-out
   retrieval NDCG@10 of mean-pooled embeddings against the fp32 ranking, >= 0.95.
 - `smollm2-4-layers` (SmolLM2-135M's embeddings, first 4 blocks, final norm and tied head;
   1 x 128 tokens): held-out perplexity on license text within 2% of fp32 (either way).
