@@ -1,8 +1,10 @@
 """How the shipped corpus files were made: run once, never at benchmark time.
 
-    python datasets/data/corpus/make_corpus.py   # writes *.jsonl.gz here, prints their sha256
+    python datasets/data/corpus/make_corpus.py LICENSE_DIR   # writes *.jsonl.gz here, prints their sha256
 
-Sources (README.md beside this file names versions and licenses): Debian's common license texts,
+LICENSE_DIR is the folder of Debian's common license texts it was made from once (Debian 12's
+base-files); benchmarks never read it. Sources (README.md beside this file names versions and
+licenses): those license texts,
 CPython's standard-library docstrings and pydoc topics, and the docstrings of numpy, scipy and
 sympy, each read from the installed package of the version the README names. Every line of a
 file is one document: {"id": dotted name or license name, "text": its docstring or text}.
@@ -17,11 +19,11 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import sys
 import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LICENSES = Path("/usr/share/common-licenses")
 SKIP_PARTS = {"test", "tests", "testing", "idlelib", "lib2to3", "turtledemo", "ensurepip", "site-packages",
               "benchmarks", "_vendor", "externals"}
 
@@ -76,8 +78,8 @@ def write(name: str, docs: list[dict]) -> None:
           f"sha256 {hashlib.sha256(path.read_bytes()).hexdigest()}")
 
 
-def main() -> None:
-    write("licenses", [{"id": p.name, "text": p.read_text("utf-8")} for p in sorted(LICENSES.iterdir())
+def main(licenses: Path) -> None:
+    write("licenses", [{"id": p.name, "text": p.read_text("utf-8")} for p in sorted(licenses.iterdir())
                        if p.is_file() and not p.is_symlink()])
     import pydoc_data.topics
     stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -88,4 +90,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: make_corpus.py LICENSE_DIR (the folder of Debian's common license texts)")
+    main(Path(sys.argv[1]))
