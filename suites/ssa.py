@@ -177,7 +177,7 @@ class Sparse:
     """Every method at every context and sparsity; the claim rows sit on (method=ssa, sparsity=50)."""
     params = ([str(n) for n in LENGTHS], [str(s) for s in SPARSITIES], METHODS)
     param_names = ["context", "sparsity", "method"]
-    timeout = 7200
+    timeout = 4 * 3600  # full mode: four context x sparsity points, about two hours on 2 cores
 
     def setup_cache(self):
         return {(str(n), str(s)): run(n, s) for n in LENGTHS for s in SPARSITIES if n == 4096 or s == 50}
