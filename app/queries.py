@@ -21,60 +21,6 @@ from claimbench.report import BADGE
 
 READ_WAIT_S = 10.0
 
-# How each task's leaderboard ranks methods: the parameters that fix the operating point, the
-# speed (or cost) benchmark per method, and the gate a method must pass to be ranked. Methods are
-# either named benchmarks or the values of one benchmark's parameter (`method_param`).
-BOARDS = {
-    "vector-search": dict(
-        title="Vector search: single-thread QPS at the smallest nprobe where IVF-Flat reaches recall@10 0.999",
-        where={"target_recall": "0.999"}, group="dataset", unit="queries/s", log=True,  # 1k-40k queries/s
-        methods={"Lychee": "lychee.ClaimSpeedup.track_qps_lychee",
-                 "faiss IVF-Flat": "lychee.ClaimSpeedup.track_qps_ivf_flat"},
-        gated={"Lychee": ("lychee.ClaimSpeedup.track_identical_rate", 1.0)}),
-    "sparse-attention": dict(
-        title="Sparse attention: long-context task accuracy at 50x sparsity (SmolLM2-135M, same budget)",
-        where={"sparsity": "50"}, group="context", unit="task accuracy",
-        benchmark="ssa.Sparse.track_mean_accuracy", method_param="method", gated={}),
-    "storage-io": dict(
-        title="Storage read paths: random 4 KiB O_DIRECT read IOPS per queue depth",
-        where={"block_bytes": "4096"}, group="queue_depth", unit="IOPS",
-        benchmark="ugds.ReadPaths.track_iops", method_param="path",
-        gated={"*": ("ugds.Claim.track_identical_bytes", 1.0)}),
-    "agent-context": dict(
-        title="Agent context policies: replayed cost per task (lower is better)",
-        where={}, group="provider", unit="USD per task", lower_is_better=True,
-        benchmark="agent_cache.Cost.track_cost_per_task", method_param="policy",
-        gated={"kv-drop": ("agent_cache.Claim.track_recent_accuracy_vs_full", 0.9)}),
-    "engine-build": dict(
-        title="Engine builds: speedup over ONNX Runtime's default build per workload, of the accuracy-gated tuned "
-              "route and of Olive's best gated candidate (each timed interleaved with the default in one process)",
-        where={}, group="workload", unit="x the default build",
-        methods={"tuned (gated)": "tuner.Tuned.track_speedup_over_default",
-                 "Olive search (gated)": "tuner.OliveSearch.track_olive_speedup_over_default"},
-        gated={}),
-}
-
-# Trade-off plots per suite: quality on x, speed per method on y, one point per operating point.
-TRADEOFFS = {
-    "lychee": dict(quality="lychee.Sweep.track_recall", quality_label="recall@10", group="dataset",
-                   point="nprobe", speed_label="queries/s (single thread)",
-                   methods={"Lychee": "lychee.Sweep.track_qps_lychee",
-                            "faiss IVF-Flat": "lychee.Sweep.track_qps_ivf_flat"},
-                   gated={"Lychee": ("lychee.Sweep.track_identical_rate", 1.0)}),
-}
-
-# Parameter sweeps per suite: each metric over an ordered parameter (x), one line per series value.
-SWEEPS = {
-    "ssa": dict(title="SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits per head, "
-                      "low-rank keys, then the exact keys)",
-                prefix="ssa.ProxySweep.", x="proxy", series="method",
-                x_order=["pq-2x6", "pq-4x8", "pq-8x8", "lowrank-4", "lowrank-16", "exact"],
-                metrics={"track_share_of_dense": "task accuracy, % of dense",
-                         "track_attention_relative_error": "attention-output relative error",
-                         "track_perplexity": "perplexity"}),
-}
-
-
 def db_version() -> tuple:
     """Changes whenever the store's files change: the cache key of every query."""
     path = store.db_path()
@@ -163,37 +109,33 @@ def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     return df
 
 
-def _board_methods(spec: dict, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _board_methods(spec: R.Board, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """method -> its rows, from named benchmarks or from the values of one benchmark's parameter."""
-    if "methods" in spec:
-        return {m: df[df["benchmark"] == bench] for m, bench in spec["methods"].items()}
-    part = df[df["benchmark"] == spec["benchmark"]]
-    param = spec["method_param"]
-    return {m: part[part[param] == m] for m in part.get(param, pd.Series(dtype=str)).unique()}
+    if spec.methods:
+        return {m: df[df["benchmark"] == bench] for m, bench in spec.methods.items()}
+    part = df[df["benchmark"] == spec.benchmark]
+    return {m: part[part[spec.method_param] == m] for m in part.get(spec.method_param, pd.Series(dtype=str)).unique()}
 
 
-def _gate(spec: dict, df: pd.DataFrame, method: str, row) -> str:
+def _gate(spec: R.Board, df: pd.DataFrame, method: str, row) -> str:
     """passed / failed / none: the method's gate on the same machine (and group, if the gate has it)."""
-    rule = spec["gated"].get(method) or spec["gated"].get("*")
+    rule = spec.gated.get(method) or spec.gated.get("*")
     if rule is None:
         return "none"
-    bench, minimum = rule
-    g = df[(df["benchmark"] == bench) & (df["machine"] == row["machine"])]
-    group = spec["group"]
-    if group in g and (g[group] != "").any():
-        g = g[g[group] == row[group]]
+    g = df[(df["benchmark"] == rule.benchmark) & (df["machine"] == row["machine"])]
+    if spec.group in g and (g[spec.group] != "").any():
+        g = g[g[spec.group] == row[spec.group]]
     values = g["value"].dropna()
-    return "passed" if len(values) and values.min() >= minimum else "failed"
+    return "passed" if len(values) and all(rule.passes(v) for v in values) else "failed"
 
 
 @st.cache_data(show_spinner=False)
 def board(version, task: str) -> pd.DataFrame:
     """Methods ranked per machine and group; a method that failed its gate is listed, unranked."""
-    spec = BOARDS[task]
-    first = next(iter(spec["methods"].values())) if "methods" in spec else spec["benchmark"]
-    everything = latest_per_machine(results(version, first.split(".")[0] + "."))
-    df = _match(everything, spec["where"])
-    rows = [dict(machine=r["machine"] + (" · quick" if r["mode"] == "quick" else ""), group=r[spec["group"]],
+    spec = R.load().board(task)
+    everything = latest_per_machine(results(version, spec.suite + "."))
+    df = _match(everything, spec.where)
+    rows = [dict(machine=r["machine"] + (" · quick" if r["mode"] == "quick" else ""), group=r[spec.group],
                  method=method, value=r["value"], gate=_gate(spec, everything, method, r))
             for method, part in _board_methods(spec, df).items() for _, r in part.iterrows()
             if pd.notna(r["value"])]  # skipped rows (not applicable) are not methods at that point
@@ -202,7 +144,7 @@ def board(version, task: str) -> pd.DataFrame:
         return out.assign(rank=pd.Series(dtype="Int64"))
     ranked = out[(out["gate"] != "failed") & out["value"].notna()].copy()
     ranked["rank"] = ranked.groupby(["machine", "group"])["value"].rank(
-        ascending=spec.get("lower_is_better", False), method="min").astype("Int64")
+        ascending=spec.lower_is_better, method="min").astype("Int64")
     out = out.merge(ranked[["machine", "group", "method", "rank"]], how="left", on=["machine", "group", "method"])
     return out.sort_values(["machine", "group", "rank"], key=_natural, na_position="last")
 
@@ -214,23 +156,23 @@ def _natural(column: pd.Series) -> pd.Series:
 
 
 @st.cache_data(show_spinner=False)
-def tradeoff(version, suite: str) -> pd.DataFrame:
-    """(machine, group, method, quality, speed with its 95% interval, gate) per operating point, newest
-    commit per machine."""
-    spec = TRADEOFFS[suite]
-    df = latest_per_machine(results(version, suite + "."))
-    keys = ["machine", spec["group"], spec["point"]]
+def tradeoff(version, paper: str) -> pd.DataFrame:
+    """(machine, group, method, quality, speed with its 95% interval, gate) per operating point of the
+    paper's trade-off, newest commit per machine."""
+    spec = R.load().paper(paper).tradeoff
+    df = latest_per_machine(results(version, spec.quality.split(".")[0] + "."))
+    keys = ["machine", spec.group, spec.point]
     columns = ["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"]
     if not set(keys) <= set(df.columns):  # no results of the suite yet
         return pd.DataFrame(columns=columns)
-    quality = df[df["benchmark"] == spec["quality"]].set_index(keys)["value"]
+    quality = df[df["benchmark"] == spec.quality].set_index(keys)["value"]
     rows = []
-    for method, bench in spec["methods"].items():
+    for method, bench in spec.methods.items():
         speed = df[df["benchmark"] == bench].set_index(keys)[["value", "low", "high"]]
         gate = None
-        if method in spec["gated"]:
-            gate_bench, minimum = spec["gated"][method]
-            gate = df[df["benchmark"] == gate_bench].set_index(keys)["value"] >= minimum
+        if method in spec.gated:
+            rule = spec.gated[method]
+            gate = df[df["benchmark"] == rule.benchmark].set_index(keys)["value"].map(rule.passes)
         for key, row in speed.iterrows():
             rows.append(dict(machine=key[0], group=key[1], point=key[2], method=method,
                              quality=quality.get(key), speed=row["value"], speed_low=row["low"], speed_high=row["high"],
@@ -239,13 +181,13 @@ def tradeoff(version, suite: str) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False)
-def sweep(version, suite: str) -> pd.DataFrame:
-    """(machine, x, series, metric, value) of a suite's sweep, newest commit per machine."""
-    spec = SWEEPS[suite]
-    df = latest_per_machine(results(version, spec["prefix"]))
-    rows = [dict(machine=r["machine"], x=r[spec["x"]], series=r[spec["series"]], metric=label, value=r["value"])
-            for name, label in spec["metrics"].items()
-            for _, r in df[df["benchmark"] == spec["prefix"] + name].iterrows() if pd.notna(r["value"])]
+def sweep(version, paper: str) -> pd.DataFrame:
+    """(machine, x, series, metric, value) of the paper's sweep, newest commit per machine."""
+    spec = R.load().paper(paper).sweep
+    df = latest_per_machine(results(version, spec.prefix))
+    rows = [dict(machine=r["machine"], x=r[spec.x], series=r[spec.series], metric=label, value=r["value"])
+            for name, label in spec.metrics.items()
+            for _, r in df[df["benchmark"] == spec.prefix + name].iterrows() if pd.notna(r["value"])]
     return pd.DataFrame(rows, columns=["machine", "x", "series", "metric", "value"])
 
 

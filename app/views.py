@@ -41,16 +41,16 @@ def empty_notice(has_results: bool) -> None:
 BADGE_COLUMN = {"badge": st.column_config.TextColumn("verdict")}
 
 
-def board_chart(df, spec: dict):
+def board_chart(df, spec):
     """A task board as bars: one row of bars per group, one column per machine (a quick run's marked
     ' · quick'), coloured by gate; a log axis where the spec asks (values spanning decades)."""
-    scale = alt.Scale(type="log") if spec.get("log") else alt.Scale()
+    scale = alt.Scale(type="log") if spec.log else alt.Scale()
     return alt.Chart(df).mark_bar().encode(
-        x=alt.X("value:Q", title=spec["unit"] + (" (log scale)" if spec.get("log") else ""), scale=scale),
+        x=alt.X("value:Q", title=spec.unit + (" (log scale)" if spec.log else ""), scale=scale),
         y=alt.Y("method:N", title=None),
         color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
                                                   range=["#1a7f37", "#57606a", "#cf222e"])),
-        row=alt.Row("group:N", title=spec["group"].replace("_", " "), sort=sorted(set(df["group"]), key=_numeric_first),
+        row=alt.Row("group:N", title=spec.group.replace("_", " "), sort=sorted(set(df["group"]), key=_numeric_first),
                     header=alt.Header(labelAngle=0, labelAlign="left")),
         column=alt.Column("machine:N", title=None),
         tooltip=["machine", "group", "method", "value", "gate", "rank"],

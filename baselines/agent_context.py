@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from claimbench.agentcost import ContextPolicy, Segment, bill, history, old_tool_outputs
+from claimbench.agentcost import bill, history, old_tool_outputs
+from claimbench.interfaces import ContextPolicy, Segment
 
 
 @dataclass

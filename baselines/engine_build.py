@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from claimbench.impl.tuner import Backend, Knob
+from claimbench.interfaces import EngineBackend, Knob
 
 
-class OrtBackend(Backend):
+class OrtBackend(EngineBackend):
     name = "onnxruntime-cpu"
     module = "onnxruntime"
 
@@ -276,7 +276,7 @@ def outlier_matmuls(model, fraction: float) -> list[str]:
     return [name for _, name in scored[: max(1, int(len(scored) * fraction))]] if scored else []
 
 
-class TensorRTBackend(Backend):
+class TensorRTBackend(EngineBackend):
     """TensorRT engines (builder flags and precision per route) where `tensorrt` imports and a GPU
     exists; not installable on these machines, so never run here."""
     name = "tensorrt"

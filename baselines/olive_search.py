@@ -28,7 +28,8 @@ os.environ.setdefault("OLIVE_DISABLE_TELEMETRY", "1")  # no phoning home from a 
 from olive.data.registry import Registry  # noqa: E402
 
 from claimbench.baselines.engine_build import QUIET_BETWEEN_RUNS, OrtBackend  # noqa: E402
-from claimbench.impl.tuner import Backend, Knob, default_route  # noqa: E402
+from claimbench.impl.tuner import default_route  # noqa: E402
+from claimbench.interfaces import EngineBackend, Knob  # noqa: E402
 
 THIS = str(Path(__file__).resolve())
 
@@ -88,7 +89,7 @@ def search(workload, workdir: Path, budget_s: int) -> list[dict]:
     return sorted(candidates, key=lambda c: (c["quantized"], c["olive_latency_ms"]))
 
 
-class OliveCandidates(Backend):
+class OliveCandidates(EngineBackend):
     """Olive's candidates as the values of one knob; -1, the default, is OrtBackend's default build, so
     the tuner's fast mode gates every candidate and re-times the fastest passing ones interleaved with
     the default. Every session is quiet between runs, as OrtBackend's are."""

@@ -18,80 +18,11 @@ import os
 import threading
 import time
 import zlib
-from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ALIGN = 4096
-
-
-class StorageError(OSError):
-    """A store or read-path failure with the file and the reason."""
-
-
-def align_up(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-@dataclass(frozen=True)
-class ReadRequest:
-    fd: int
-    offset: int
-    length: int
-
-
-class AlignedArena:
-    """Page-aligned memory cut into slots, one per request in flight. A private anonymous mapping,
-    so io_uring can pin it as a registered buffer (a shared mapping is shmem and is refused)."""
-
-    def __init__(self, slot_bytes: int, slots: int):
-        self.slot_bytes = align_up(slot_bytes)
-        self.slots = slots
-        self.mem = mmap.mmap(-1, self.slot_bytes * slots, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.view = memoryview(self.mem)
-
-    def slot(self, i: int, length: int | None = None) -> memoryview:
-        start = i * self.slot_bytes
-        return self.view[start:start + (length or self.slot_bytes)]
-
-
-@dataclass
-class IOStats:
-    """What the last batch cost: wall time and time inside submission calls."""
-    requests: int = 0
-    bytes: int = 0
-    wall_s: float = 0.0
-    submit_s: float = 0.0
-
-    @property
-    def submit_share(self) -> float:
-        return self.submit_s / self.wall_s if self.wall_s else 0.0
-
-
-class BatchIO(ABC):
-    """read_batch(requests, arena) fills arena slot i with request i; write_batch(requests, arena)
-    writes slot i to request i's place. Both return per-request byte counts."""
-    name = "path"
-    stats: IOStats
-
-    @abstractmethod
-    def read_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
-
-    @abstractmethod
-    def write_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
-
-    def close(self) -> None:
-        pass
-
-    @staticmethod
-    def _check(requests: list[ReadRequest], arena: AlignedArena) -> None:
-        if len(requests) > arena.slots:
-            raise StorageError(f"{len(requests)} requests but the arena has {arena.slots} slots")
-        for r in requests:
-            if r.length > arena.slot_bytes:
-                raise StorageError(f"request of {r.length} bytes exceeds the {arena.slot_bytes}-byte slot")
-
+from claimbench.interfaces import ALIGN, AlignedArena, BatchIO, IOStats, ReadRequest, StorageError, align_up
 
 def _direct_aligned(r: ReadRequest) -> None:
     if r.offset % ALIGN or r.length % ALIGN:
@@ -104,7 +35,7 @@ class SyncPread(BatchIO):
     stats: IOStats = field(default_factory=IOStats)
 
     def _one_at_a_time(self, call, requests, arena):
-        self._check(requests, arena)
+        self.check(requests, arena)
         start, submit, out = time.perf_counter(), 0.0, []
         for i, r in enumerate(requests):
             t = time.perf_counter()
@@ -130,7 +61,7 @@ class ThreadPoolPread(BatchIO):
         self._pool = ThreadPoolExecutor(self.threads)
 
     def _pooled(self, call, requests, arena):
-        self._check(requests, arena)
+        self.check(requests, arena)
         start = time.perf_counter()
         out = list(self._pool.map(lambda ir: call(ir[1].fd, [arena.slot(ir[0], ir[1].length)], ir[1].offset),
                                   enumerate(requests)))

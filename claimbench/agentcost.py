@@ -11,31 +11,13 @@ cost = p_in * uncached + p_write * written + p_read * read + p_out * output   (p
 from __future__ import annotations
 
 import tomllib
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from claimbench.datasets.agent_trajectories import Trajectory
+from claimbench.interfaces import CallBill, ContextPolicy, Segment
 
 PRICES = Path(__file__).resolve().parent.parent / "datasets" / "provider_prices.toml"
-
-
-@dataclass(frozen=True)
-class Segment:
-    key: object  # the turn index, or ("summary", n)
-    tokens: int
-    version: int = 0
-    visible: bool = True
-
-
-@dataclass
-class CallBill:
-    read: int = 0
-    written: int = 0
-    uncached: int = 0
-    output: int = 0
-    context: int = 0  # tokens the model attends to
-    kind: str = "agent"  # "agent" or "summary"
 
 
 @dataclass(frozen=True)
@@ -85,28 +67,16 @@ def bill(previous: list[Segment], prompt: list[Segment], output: int, min_cachea
     return CallBill(read=matched, written=context - matched, output=output, context=context, kind=kind)
 
 
-class ContextPolicy(ABC):
-    """What the prompt holds before each model call. Knobs are dataclass fields of subclasses."""
-    name: str = "policy"
-
-    @abstractmethod
-    def prompt(self, traj: Trajectory, upto: int, state: dict) -> list[Segment]:
-        """The prompt for the model call that produces turn `upto` (turns [0, upto) are history)."""
-
-    def before_call(self, traj: Trajectory, upto: int, state: dict, prompt: list[Segment], window: int,
-                    min_cacheable: int, previous: list[Segment]) -> tuple[list[Segment], list[Segment], list[CallBill]]:
-        """Hook for extra calls (e.g. a summary) before the agent's call; default: none."""
-        return prompt, previous, []
-
-    def replay(self, traj: Trajectory, window: int, min_cacheable: int) -> list[CallBill]:
-        bills, previous, state = [], [], {}
-        for upto in traj.calls:
-            prompt = self.prompt(traj, upto, state)
-            prompt, previous, extra = self.before_call(traj, upto, state, prompt, window, min_cacheable, previous)
-            bills += extra
-            bills.append(bill(previous, prompt, traj.turns[upto].tokens, min_cacheable))
-            previous = prompt
-        return bills
+def replay(policy: ContextPolicy, traj: Trajectory, window: int, min_cacheable: int) -> list[CallBill]:
+    """The bills of every call of the trajectory under the policy."""
+    bills, previous, state = [], [], {}
+    for upto in traj.calls:
+        prompt = policy.prompt(traj, upto, state)
+        prompt, previous, extra = policy.before_call(traj, upto, state, prompt, window, min_cacheable, previous)
+        bills += extra
+        bills.append(bill(previous, prompt, traj.turns[upto].tokens, min_cacheable))
+        previous = prompt
+    return bills
 
 
 def history(traj: Trajectory, upto: int) -> list[Segment]:
@@ -138,7 +108,7 @@ def summarize(policy: ContextPolicy, traj: Trajectory, prices: list[PriceTable],
     summary, replays = None, {}
     for table in prices:  # bills depend only on the minimum cacheable prefix: replay once per value
         if table.min_cacheable not in replays:
-            replays[table.min_cacheable] = policy.replay(traj, window, table.min_cacheable)
+            replays[table.min_cacheable] = replay(policy, traj, window, table.min_cacheable)
         bills = replays[table.min_cacheable]
         if summary is None:
             summary = Summary(policy.name, sum(b.kind == "agent" for b in bills), sum(b.context > window for b in bills))

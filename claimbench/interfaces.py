@@ -1,14 +1,28 @@
-"""One task interface per family, declared once; methods and baselines implement the same one.
+"""One task interface per family, declared once; methods and baselines implement the same one,
+and suites run them side by side through it (never probing with hasattr). Knobs are dataclass
+fields of the implementations.
 
-Vector index (ann-benchmarks style): build-time knobs are dataclass fields, query-time knobs go
-through `set_query_params`; numpy in, numpy out, shapes checked first (faiss contrib style).
+- VectorIndex (ann-benchmarks style): build-time knobs are fields, query-time knobs go through
+  `set_query_params`; numpy in, numpy out, shapes checked first (faiss contrib style).
+- DecodeAttention and TokenSelector: what the LLM substrate's hook points take
+  (`model.attention_method`, `model.select_tokens`; claimbench/llm/model.py).
+- BatchIO: a storage path reading and writing batches of aligned requests (KV store I/O).
+- ContextPolicy: what an agent's prompt holds before each model call (billed by agentcost).
+- EngineBackend: route -> engine -> run, for the accuracy-gated engine tuner.
 """
 from __future__ import annotations
 
+import importlib
+import mmap
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from claimbench.datasets.agent_trajectories import Trajectory
 
 
 class InputError(ValueError):
@@ -81,3 +95,155 @@ class VectorIndex(ABC):
         if k > self.ntotal:
             raise InputError(f"{self.name}: k={k} is larger than the database ({self.ntotal} vectors)")
         return check_vectors(xq, "queries", self.d)
+
+
+class DecodeAttention(ABC):
+    """Decode attention over the cache: q (B, H, 1, d), k and v (B, Hkv, n, d) -> (B, H, 1, d)."""
+    name: str = "attention"
+
+    @abstractmethod
+    def attend(self, layer: int, q, k, v): ...
+
+
+class TokenSelector(ABC):
+    """During prefill, after each layer: the rows of x (B, T, dim) at positions (T,) to keep, or None
+    for all of them."""
+
+    @abstractmethod
+    def select(self, layer: int, x, positions): ...
+
+
+ALIGN = 4096
+
+
+class StorageError(OSError):
+    """A store or read-path failure with the file and the reason."""
+
+
+def align_up(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    fd: int
+    offset: int
+    length: int
+
+
+class AlignedArena:
+    """Page-aligned memory cut into slots, one per request in flight. A private anonymous mapping,
+    so io_uring can pin it as a registered buffer (a shared mapping is shmem and is refused)."""
+
+    def __init__(self, slot_bytes: int, slots: int):
+        self.slot_bytes = align_up(slot_bytes)
+        self.slots = slots
+        self.mem = mmap.mmap(-1, self.slot_bytes * slots, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.view = memoryview(self.mem)
+
+    def slot(self, i: int, length: int | None = None) -> memoryview:
+        start = i * self.slot_bytes
+        return self.view[start:start + (length or self.slot_bytes)]
+
+
+@dataclass
+class IOStats:
+    """What the last batch cost: wall time and time inside submission calls."""
+    requests: int = 0
+    bytes: int = 0
+    wall_s: float = 0.0
+    submit_s: float = 0.0
+
+    @property
+    def submit_share(self) -> float:
+        return self.submit_s / self.wall_s if self.wall_s else 0.0
+
+
+class BatchIO(ABC):
+    """read_batch(requests, arena) fills arena slot i with request i; write_batch(requests, arena)
+    writes slot i to request i's place. Both return per-request byte counts."""
+    name = "path"
+    stats: IOStats
+
+    @abstractmethod
+    def read_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
+
+    @abstractmethod
+    def write_batch(self, requests: list[ReadRequest], arena: AlignedArena) -> list[int]: ...
+
+    def close(self) -> None:
+        pass
+
+    @staticmethod
+    def check(requests: list[ReadRequest], arena: AlignedArena) -> None:
+        if len(requests) > arena.slots:
+            raise StorageError(f"{len(requests)} requests but the arena has {arena.slots} slots")
+        for r in requests:
+            if r.length > arena.slot_bytes:
+                raise StorageError(f"request of {r.length} bytes exceeds the {arena.slot_bytes}-byte slot")
+
+
+@dataclass(frozen=True)
+class Segment:
+    key: object  # the turn index, or ("summary", n)
+    tokens: int
+    version: int = 0
+    visible: bool = True
+
+
+@dataclass
+class CallBill:
+    read: int = 0
+    written: int = 0
+    uncached: int = 0
+    output: int = 0
+    context: int = 0  # tokens the model attends to
+    kind: str = "agent"  # "agent" or "summary"
+
+
+class ContextPolicy(ABC):
+    """What the prompt holds before each model call. Knobs are dataclass fields of subclasses."""
+    name: str = "policy"
+
+    @abstractmethod
+    def prompt(self, traj: Trajectory, upto: int, state: dict) -> list[Segment]:
+        """The prompt for the model call that produces turn `upto` (turns [0, upto) are history)."""
+
+    def before_call(self, traj: Trajectory, upto: int, state: dict, prompt: list[Segment], window: int,
+                    min_cacheable: int, previous: list[Segment]) -> tuple[list[Segment], list[Segment], list[CallBill]]:
+        """Hook for extra calls (e.g. a summary) before the agent's call; default: none."""
+        return prompt, previous, []
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    values: tuple
+    default: object
+
+    def __post_init__(self):
+        if self.default not in self.values:
+            raise ValueError(f"knob {self.name}: default {self.default!r} not among {self.values!r}")
+
+
+class EngineBackend(ABC):
+    """route -> engine -> run. Engines are built in the child process that times them."""
+    name = "backend"
+    module = ""  # the package the backend needs
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            importlib.import_module(cls.module)
+        except ImportError:
+            return False
+        return True
+
+    @abstractmethod
+    def knobs(self, workload) -> list[Knob]: ...
+
+    @abstractmethod
+    def build(self, workload, route: dict, workdir: Path): ...
+
+    @abstractmethod
+    def run(self, engine, feeds: dict) -> list[np.ndarray]: ...

@@ -175,7 +175,7 @@ def _minilm(path: str) -> None:
 def _smollm2_stack(path: str) -> None:
     import torch
 
-    from claimbench import smollm
+    from claimbench.llm import smollm
     model, _, _ = smollm.load()
 
     class Stack(torch.nn.Module):
@@ -186,10 +186,10 @@ def _smollm2_stack(path: str) -> None:
         def forward(self, input_ids):
             x = self.m.tok_embeddings(input_ids)
             pos = torch.arange(input_ids.shape[1])
-            from claimbench.model import rope_cos_sin
+            from claimbench.llm.model import rope_cos_sin
             cos, sin = rope_cos_sin(pos, self.m.inv_freq, x.dtype)
             for block in self.m.layers[:4]:
-                x = block(x, cos, sin, None, 0, self.m.hooks)
+                x = block(x, cos, sin, None, pos, self.m.hooks)
             return self.m.output(self.m.norm(x))
     _export(Stack(), (torch.ones(1, 128, dtype=torch.long),), ["input_ids"], Path(path))
 
@@ -232,7 +232,7 @@ def load(name: str, held_batches: int = 4) -> Workload:
         return Workload(name, str(path), {"timing": feeds[:1], "gate": feeds[:2], "held_out": feeds[2:]},
                         GateSpec(atol=1e-2, rtol=1e-2, max_outside=0.05, min_cosine=0.99), "ndcg", 0.95)
     if name == "smollm2-4-layers":
-        from claimbench import smollm
+        from claimbench.llm import smollm
         from .longcontext import perplexity_text
         tok = smollm.tokenizer_from_gguf(smollm._reader(smollm.gguf_path())[1])
         ids = tok.encode(perplexity_text(60_000)).ids

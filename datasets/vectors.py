@@ -112,7 +112,7 @@ def build_spectrum(d: int, decay: float, quick: bool):
 def _smollm2_keys(n_tokens: int) -> np.ndarray:
     import torch
 
-    from claimbench import smollm
+    from claimbench.llm import smollm
     from .longcontext import haystack_sentences
     model, tok, _ = smollm.load()
     text = " ".join(haystack_sentences()[:20_000])

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from claimbench.agentcost import ContextPolicy, Segment, history, old_tool_outputs
-from claimbench.model import Llama
+from claimbench.agentcost import history, old_tool_outputs
+from claimbench.interfaces import ContextPolicy, Segment
+from claimbench.llm.evaluate import decode
+from claimbench.llm.model import Llama
 
 
 @dataclass
@@ -67,15 +69,6 @@ class KVDropSession:
         kept = set(self.cache.valid_positions().tolist())
         return set(range(self.cache.next_position)) - kept
 
-    @torch.inference_mode()
     def answer(self, ids: list[int], max_new_tokens: int, eos_id: int | None = None) -> list[int]:
         """Greedy answer to a final prompt, continuing the cache."""
-        logits = self.add("user", ids)
-        out = []
-        for _ in range(max_new_tokens):
-            token = int(logits.argmax())
-            if eos_id is not None and token == eos_id:
-                break
-            out.append(token)
-            logits = self.model(torch.tensor([[token]]), self.cache)[0, -1]
-        return out
+        return decode(self.model, self.cache, None, max_new_tokens, eos_id, logits=self.add("user", ids))

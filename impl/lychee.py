@@ -1,38 +1,17 @@
 """Lychee: certified screening of inverted lists (PAPERS.md A1; baseline faiss IVF-Flat).
 
-From the paper (as the digest states it): global PCA (mean mu, top-m directions P); each vector's
-short code is its projection a(x) = P^T (x - mu) plus the norm of what the projection drops,
-r(x); the lower bound ||x - q||^2 >= ||a_x - a_q||^2 + (r_x - r_q)^2; anchors (every s-th member
-of each probed list) give an upper bound U on the k-th distance; members whose bound exceeds U
-are never read; the rest are read in increasing bound, stopping once the bound passes the
-current k-th best. The result is exactly IVF-Flat's at the same nprobe.
+From the paper: a global PCA (mean mu, top-m directions P) gives each vector a short code, its
+projection P^T (x - mu) and the norm r(x) of what the projection drops, hence the lower bound
+||x - q||^2 >= ||a_x - a_q||^2 + (r_x - r_q)^2. Members whose bound exceeds an upper bound U on
+the k-th distance are never read; the rest are read in increasing bound, stopping once the bound
+passes the current k-th best. The result is exactly IVF-Flat's at the same nprobe.
 
-Reconstructed here (not in the digest): by default no stride anchors (anchor_stride=0): the closest list is
-screened against no bound and its k smallest-bound members are read first, which gives U with fewer exact
-reads than every s-th member of every list (73 vs 106 reads per query on the 256-d power-law set); a
-list-level bound that skips a probed list whole when (||q - c|| - radius)^2 > U (triangle inequality; the
-radius is the farthest member from its centroid; ||q - c|| from the probe's own distances, less their float32
-error); short codes quantized to 8 bits per coordinate over each list's own range, a code standing for an
-interval that holds the exact value, so the bound from the intervals is still a lower bound (8 bits: 2-8% more
-survivors than float codes, a quarter of the bytes); each list's members in k-d order over the residual and
-the first directions, cut into blocks of `block` (16) whose boxes (smallest and largest code of the first
-`box_rows` rows) bound all the block's members at once (on the 256-d power-law set 58% of the members lie in
-pruned blocks); the members of the other blocks bounded 16 at a time, their codes stored 16 to a row and their
-16 sums kept in one vector register (LLVM IR, 512 bits wide where the CPU has AVX-512: see
-claimbench._full_vector_width), CHECK_ROWS rows at a time, given up as soon as all 16 are over the threshold,
-the partial sums of the paper's bound over its leading rows being lower bounds themselves (code rows summed
-per member at the claim nprobe, after boxes: 170 -> 64 on MiniLM, 30 -> 21 on GloVe; against one streaming
-pass over every row, the search is 1.8x faster on MiniLM and the 960-d set, 1.1-1.3x on the others); the k-d
-order also puts a query's survivors near one another in memory; the closest list's survivors read first in
-increasing bound (its neighbours tighten the k-th best for every other list), the other lists' survivors
-pooled and read in one increasing-bound order, a large pool first reading its k smallest bounds so that the
-sort covers only what that leaves, with software prefetch of the rows ahead (memory order for a list where
-more than `sorted_below` survives: with a weak bound the sort and the random order cost more than the reads
-they save); m chosen by a cost model unless set (`_choose_m`: code rows summed, 16 members at a time and
-stopping early as the search does, vs full vectors the bound leaves, estimated on a sample at build; with
-early stops a larger m costs little: on the 256-d sets it picks 14 and 40 where the cost of every row picked
-10 and 23: 1.1-1.15x faster); float32 sums with a slack of 1e-5 x the mean squared norm, so float rounding can
-never prune a true neighbour.
+Reconstructed (not in the digest): U from the closest list's k smallest-bound members (no stride
+anchors by default); a list-level triangle-inequality skip; 8-bit codes standing for intervals (still
+a lower bound); members in k-d order, cut into blocks of 16 with bounding boxes, summed 16 at a time
+in one vector register (LLVM IR) with an early exit; the pooled survivors read in one increasing-bound
+order with software prefetch; m from a cost model at build (`_choose_m`); a float32 slack so rounding
+never prunes a true neighbour. What each of these measured: reports/notes/lychee-design.md.
 """
 from __future__ import annotations
 
@@ -99,7 +78,7 @@ def _lane_bounds(typingctx, codes, base, stride, z, w, threshold, lb, t0):
     codes[base + v stride + t]), summed CHECK_ROWS rows at a time and given up as soon as all 16 partial sums
     are over the threshold (the terms are never negative: a sum only grows); returns whether any of the 16 is
     at most the threshold. Written in LLVM IR with 16-wide vector types so that the sums stay in one
-    register through the early-exit loop (numba's own 16-trip loops ran 6x slower)."""
+    register through the early-exit loop (numba's own 16-trip loops were slower: reports/notes/lychee-design.md)."""
     if not (all(isinstance(a, types.Array) and a.ndim == 1 for a in (codes, z, w, lb))
             and all(a.dtype == types.float32 for a in (z, w, lb)) and threshold == types.float32):
         return None

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from claimbench.baselines.sparse_attention import (KeyProxy, PQProxy, SparseAttention, draw_with_replacement,
-                                                  head_probs)
+from claimbench.llm.sparse import KeyProxy, PQProxy, SparseAttention, draw_with_replacement, head_probs
 
 
 def water_fill(p: Tensor, m: int) -> tuple[int, float]:

@@ -20,22 +20,12 @@ import json
 import multiprocessing
 import queue as queue_mod
 import time
-from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class Knob:
-    name: str
-    values: tuple
-    default: object
-
-    def __post_init__(self):
-        if self.default not in self.values:
-            raise ValueError(f"knob {self.name}: default {self.default!r} not among {self.values!r}")
+from claimbench.interfaces import EngineBackend, Knob
 
 
 def default_route(knobs: list[Knob]) -> dict:
@@ -102,29 +92,6 @@ def gate(outputs: list[np.ndarray], reference: list[np.ndarray], spec: GateSpec)
     return worst
 
 
-class Backend(ABC):
-    """route -> engine -> run. Engines are built in the child process that times them."""
-    name = "backend"
-    module = ""  # the package the backend needs
-
-    @classmethod
-    def available(cls) -> bool:
-        try:
-            importlib.import_module(cls.module)
-        except ImportError:
-            return False
-        return True
-
-    @abstractmethod
-    def knobs(self, workload) -> list[Knob]: ...
-
-    @abstractmethod
-    def build(self, workload, route: dict, workdir: Path): ...
-
-    @abstractmethod
-    def run(self, engine, feeds: dict) -> list[np.ndarray]: ...
-
-
 @dataclass
 class RouteResult:
     route: dict
@@ -178,7 +145,7 @@ def _compare(backend, workload, routes, workdir, repeats, queue):
 
 @dataclass
 class Tuner:
-    backend: Backend
+    backend: EngineBackend
     workload: object
     mode: str = "mixed"
     budget_s: float = 600.0

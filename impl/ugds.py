@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from claimbench.baselines.storage_io import AlignedArena, BatchIO, IOStats, ReadRequest, StorageError
+from claimbench.interfaces import AlignedArena, BatchIO, IOStats, ReadRequest, StorageError
 
 
 def io_uring_available() -> bool:
@@ -85,7 +85,7 @@ class IoUringBatched(BatchIO):
         return True
 
     def _batch(self, write: bool, requests: list[ReadRequest], arena: AlignedArena) -> list[int]:
-        self._check(requests, arena)
+        self.check(requests, arena)
         L, ring, cqe = self._L, self._ring, self._cqe
         fds = tuple(sorted({r.fd for r in requests}))
         fixed = self._register(arena, fds) if requests else False

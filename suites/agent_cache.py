@@ -11,14 +11,14 @@ tool output, kept verbatim: our choice, the model is too small to summarize). KV
 recent-output questions, relative to full history, is the gate of the cost claim.
 Pass rates on real agent benchmarks need a strong LLM: not testable offline.
 """
-import os
-
 from claimbench import agentcost, evidence, intervals, metrics
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
 from claimbench.datasets import agent_trajectories as AT
 from claimbench.impl.agent_cache import KVDrop
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ("corpus", "smollm2-135m")  # tool outputs' filler text; the gate's model
 WINDOW = 128_000
 TASKS = 10 if QUICK else 50
@@ -78,14 +78,10 @@ class KSweep:
 
 def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: int = 20) -> dict:
     """Accuracy per (policy, 'recent' | 'old') on tool sessions with the real model."""
-    import torch
-
-    from claimbench import smollm
     from claimbench.impl.agent_cache import KVDropSession
-    from claimbench.model import generate
+    from claimbench.llm.evaluate import generate
 
-    model, tok, eos = smollm.load()
-    torch.set_num_threads(os.cpu_count() or 1)
+    model, tok, eos = common.smollm2()
 
     def chat(kind, text):
         role = {"tool_call": "assistant", "tool_output": "tool"}.get(kind, kind)
@@ -95,7 +91,7 @@ def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: i
         return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{prefix}"
 
     def answer_text(prompt_ids):
-        return tok.decode(generate(model, torch.tensor(prompt_ids), 12, eos).tolist())
+        return tok.decode(generate(model, prompt_ids, 12, eos))
 
     scores = {}
     for seed in range(sessions):
@@ -142,8 +138,9 @@ class Claim:
     @evidence.estimate
     def track_cost_change_vs_summarization(self, r, provider):
         """100 x (KV drop's mean cost / summarization's - 1), paired bootstrap over the same tasks."""
-        if self.track_recent_accuracy_vs_full(r, provider) < GATE:
-            raise AssertionError("KV drop lost accuracy on recent tool outputs: its cost does not count")
+        common.check_gate("agent_cache.Claim.track_cost_change_vs_summarization",
+                          self.track_recent_accuracy_vs_full(r, provider),
+                          "KV drop lost accuracy on recent tool outputs: its cost does not count")
         c = r["cost"]
         pairs = list(zip(c["kv-drop", provider][2], c["threshold-summarization", provider][2]))
         return intervals.bootstrap(pairs, lambda xs: 100 * (sum(a for a, _ in xs) / sum(b for _, b in xs) - 1),
@@ -162,16 +159,9 @@ class Claim:
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 
-GATE = 0.9
+def _accuracy(key):
+    return lambda self, r, provider: r["accuracy"][key]
 
 
-def _accuracy_track(policy, about):
-    def track(self, r, provider):
-        return r["accuracy"][policy, about]
-    track.unit = metrics.ACCURACY.unit
-    return track
-
-
-for _policy in POLICIES:  # one accuracy row per policy and question kind, beside the cost
-    for _about in ("recent", "old"):
-        setattr(Claim, f"track_accuracy_{_policy.replace('-', '_')}_{_about}", _accuracy_track(_policy, _about))
+common.add_tracks(Claim, {f"accuracy_{policy.replace('-', '_')}_{about}": _accuracy((policy, about))
+                          for policy in POLICIES for about in ("recent", "old")}, metrics.ACCURACY.unit)

@@ -6,6 +6,8 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import device, evidence, metrics
 
+from . import common
+
 INPUTS = ()  # generated tensors only
 
 
@@ -36,8 +38,8 @@ class SsaDecode:
     @evidence.estimate
     def track_speedup_vs_dense(self, r, context):
         point = self._point(r, context)
-        if point["max_error"] > device.GATE_TOLERANCE:
-            raise AssertionError(f"the kernel differs from the reference by {point['max_error']:.3g}")
+        common.check_gate("gpu.SsaDecode.track_speedup_vs_dense", point["max_error"],
+                          f"the kernel differs from the reference by {point['max_error']:.3g}")
         return point["speedup"]
     track_speedup_vs_dense.unit = metrics.SPEEDUP.unit
 

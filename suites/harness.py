@@ -11,7 +11,6 @@ a full history is never compared with it.
 """
 import itertools
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -21,7 +20,9 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from claimbench import alerts, asvfiles, environment, evidence, ingest, intervals, metrics, store
 from claimbench.datasets import alert_histories as AH
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ()  # generated rows and result files only
 
 

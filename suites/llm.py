@@ -6,7 +6,6 @@ methods are measured against.
 CLAIMBENCH_QUICK=1: prefill at 512 and 2K only, fewer decode steps and task samples.
 """
 import copy
-import os
 import time
 
 import torch
@@ -15,8 +14,11 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import measure, metrics
 from claimbench.datasets import longcontext as LC
+from claimbench.llm import evaluate
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ("corpus", "smollm2-135m")
 PREFILL = [512, 2048] + ([] if QUICK else [8192])
 DECODE_CONTEXT, DECODE_STEPS = 2048, 8 if QUICK else 32
@@ -25,9 +27,8 @@ IMPLS = ["claimbench", "transformers"]
 
 
 def models():
-    from claimbench import smollm
-    torch.set_num_threads(os.cpu_count() or 1)
-    model, tok, eos = smollm.load()
+    from claimbench.llm import smollm
+    model, tok, eos = common.smollm2()
     return model, smollm.to_transformers(model), tok, eos
 
 
@@ -54,38 +55,23 @@ def decode_times(model, hf, ids, steps, rounds=3) -> dict[str, list[float]]:
         for impl in times:
             ours = cache.clone() if impl == "claimbench" else None
             past = copy.deepcopy(hf_past) if impl == "transformers" else None
-            token = torch.tensor([[5]])
             start = time.perf_counter()
-            with torch.inference_mode():
-                for _ in range(steps):
-                    if ours is not None:
-                        token = model(token, ours)[:, -1].argmax(-1, keepdim=True)
-                    else:
+            if ours is not None:
+                evaluate.decode(model, ours, n=steps, token=5)
+            else:
+                token = torch.tensor([[5]])
+                with torch.inference_mode():
+                    for _ in range(steps):  # transformers' own cache API: the baseline as a user runs it
                         out = hf(token, past_key_values=past, use_cache=True)
                         past, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
             times[impl].append(time.perf_counter() - start)
     return times
 
 
-def perplexity(forward, ids, window=1024) -> float:
-    """Token-level perplexity over non-overlapping windows."""
-    nll, count = 0.0, 0
-    with torch.inference_mode():
-        for start in range(0, ids.shape[1] - 1, window):
-            chunk = ids[:, start:start + window + 1]
-            logits = forward(chunk[:, :-1]).float()
-            nll += torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
-            count += chunk.shape[1] - 1
-    return float(torch.exp(torch.tensor(nll / count)))
-
-
-class Throughput:
+class Throughput(common.ComputedOnce):
     params = (["prefill-" + str(n) for n in PREFILL] + [f"decode-{DECODE_CONTEXT}"], IMPLS)
     param_names = ["phase", "implementation"]
     timeout = 3600
-    rounds = 1
-    repeat = 1
-    number = 1
 
     def setup_cache(self):
         model, hf, tok, _ = models()
@@ -99,8 +85,8 @@ class Throughput:
         times = decode_times(model, hf, ids, DECODE_STEPS)
         out.update({(f"decode-{DECODE_CONTEXT}", impl): DECODE_STEPS / measure.median(t) for impl, t in times.items()})
         text = torch.tensor([tok.encode(LC.perplexity_text(20_000 if QUICK else 100_000)).ids])
-        out["ppl", "claimbench"] = perplexity(lambda x: model(x), text)
-        out["ppl", "transformers"] = perplexity(lambda x: hf(x).logits, text)
+        out["ppl", "claimbench"] = evaluate.windowed_perplexity(lambda x: model(x), text)
+        out["ppl", "transformers"] = evaluate.windowed_perplexity(lambda x: hf(x).logits, text)
         return out
 
     def track_tokens_per_s(self, r, phase, implementation):
@@ -123,7 +109,7 @@ class PeakMemory:
     timeout = 1200
 
     def setup_cache(self):
-        from claimbench import smollm
+        from claimbench.llm import smollm
         return measure.in_child(smollm.prefill_peak_rss, 8192)
 
     def track_peak_rss_prefill_8k(self, rss):
@@ -135,29 +121,19 @@ if QUICK:  # 8K prefill is a full-mode measurement
     del PeakMemory
 
 
-class DenseAccuracy:
+class DenseAccuracy(common.ComputedOnce):
     """Dense attention's score on each long-context task at 4K, the completion task included: the
     reference for sparse and compressed methods."""
     params = ([*LC.TASKS, LC.COMPLETION],)
     param_names = ["task"]
     timeout = 3600
-    rounds = 1
-    repeat = 1
-    number = 1
 
     def setup_cache(self):
-        from claimbench.model import generate
-        model, _, tok, eos = models()
-        count = lambda s: len(tok.encode(s).ids)  # noqa: E731
-        scores = {}
-        for task in [*LC.TASKS, LC.COMPLETION]:
-            total = 0.0
-            for seed in range(TASK_SAMPLES):
-                sample = LC.make(task, TASK_LENGTH, count, seed)
-                out = generate(model, torch.tensor(tok.encode(sample.prompt()).ids), 32, eos)
-                total += LC.score(sample, tok.decode(out.tolist()))
-            scores[task] = total / TASK_SAMPLES
-        return scores
+        model, tok, eos = common.smollm2()
+        scores = evaluate.task_accuracy(model, tok, eos, lambda: {"dense": None},
+                                        {task: TASK_SAMPLES for task in [*LC.TASKS, LC.COMPLETION]}, TASK_LENGTH,
+                                        new_tokens=32)
+        return {task: sum(v) / len(v) for (_, task), v in scores.items()}
 
     def track_accuracy(self, scores, task):
         return scores[task]

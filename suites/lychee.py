@@ -23,7 +23,9 @@ from claimbench.datasets import vectors
 from claimbench.impl.lychee import Lychee, set_threads
 from claimbench.quality import identical_rows, recall_at_k
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ("glove-6b-50d", "corpus", "all-minilm-l6-v2", "smollm2-135m")
 K = 10
 DATASETS = ["glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",
@@ -34,10 +36,6 @@ if os.environ.get("CLAIMBENCH_DATASETS"):  # a comma-separated subset, e.g. to r
 NPROBES = [4, 64] if QUICK else [4, 16, 64, 128]
 TARGETS = ["0.999"] if QUICK else ["0.999", "0.9999"]
 ROUNDS = 6 if QUICK else 7  # 6: the fewest whose order-statistic interval reaches 95%
-
-
-class GateFailed(AssertionError):
-    """The method's results differ from the baseline's: its speed does not count."""
 
 
 def nlist_for(n: int) -> int:
@@ -98,13 +96,10 @@ def smallest_nprobe(ds, ivf: IVFFlat, target: float) -> int:
     return ivf.nlist
 
 
-class Sweep:
+class Sweep(common.ComputedOnce):
     params = (DATASETS, NPROBES)
     param_names = ["dataset", "nprobe"]
     timeout = 3600
-    rounds = 1
-    repeat = 1
-    number = 1
 
     def setup_cache(self):
         points = {}
@@ -152,7 +147,7 @@ def ceiling(ds, ivf: IVFFlat, lychee: Lychee, paper_bound: Lychee) -> dict:
     paper_bound.set_query_params(nprobe=lychee.nprobe)
     rows, offsets = paper_bound.survivors(q, kth)
     if not identical_rows(d_ivf, i_ivf, *paper_bound.exact_pass(q, K, rows, offsets)).all():
-        raise GateFailed("the survivors of the bound miss a neighbour: the bound is broken")
+        raise common.GateFailed("the survivors of the bound miss a neighbour: the bound is broken")
     times = measure.interleaved({"ivf": lambda: ivf.search(q, K),  # rows index paper_bound's own vectors
                                  "survivors": lambda: paper_bound.exact_pass(q, K, rows, offsets),
                                  "screening": lambda: lychee.survivor_counts(q, kth),
@@ -190,21 +185,18 @@ def claim_points(name: str) -> dict:
     return points
 
 
-class ClaimSpeedup:
+class ClaimSpeedup(common.ComputedOnce):
     params = (DATASETS, TARGETS)
     param_names = ["dataset", "target_recall"]
     timeout = 4 * 3600  # setup_cache measures every dataset: all six at full size take over an hour here
-    rounds = 1
-    repeat = 1
-    number = 1
 
     def setup_cache(self):
         return {(name, t): point for name in DATASETS for t, point in claim_points(name).items()}
 
     def _gated(self, r, dataset, target_recall, key):
         point = r[dataset, target_recall]
-        if point["identical"] < 1.0:
-            raise GateFailed(f"{dataset}: only {point['identical']:.2%} of queries identical to IVF-Flat")
+        common.check_gate("lychee.ClaimSpeedup.track_speedup", point["identical"],
+                          f"{dataset}: only {point['identical']:.2%} of queries identical to IVF-Flat")
         return point[key]
 
     @evidence.estimate

@@ -17,27 +17,21 @@ sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUI
 50x only, one sample per chat task and 10 completion samples (the fewest an interval is called on).
 """
 import math
-import os
 
 import torch
 
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, metrics
-from claimbench.baselines.sparse_attention import (
-    Dense,
-    ExactProxy,
-    ImportanceSampling,
-    LowRankProxy,
-    OracleTopK,
-    PQCache,
-    PQProxy,
-    Quest,
-)
+from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
 from claimbench.datasets import longcontext as LC
 from claimbench.impl.ssa import SSA
+from claimbench.llm import evaluate as evaluate_llm
+from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ("corpus", "smollm2-135m")
 LENGTHS = [4096] if QUICK else [4096, 8192]
 SPARSITIES = [50] if QUICK else [50, 20, 10]
@@ -86,37 +80,19 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
     """Accuracy per (method, task), mean accuracy over the chat tasks, attention error and
     perplexity per method, and per-sample outcomes on the completion task, for the methods make()
     returns (fresh ones per sample), sharing one prefill per sample."""
-    from claimbench import smollm
-    torch.set_num_threads(os.cpu_count() or 1)
-    model, tok, eos = smollm.load()
-    count = lambda s: len(tok.encode(s).ids)  # noqa: E731
+    model, tok, eos = common.smollm2()
     names = list(make())
-    tasks = [(task, samples) for task in LC.TASKS] + ([(LC.COMPLETION, completion_samples)] if completion_samples else [])
-    scores = {(name, task): [] for name in names for task, _ in tasks}
+    tasks = {task: samples for task in LC.TASKS} | ({LC.COMPLETION: completion_samples} if completion_samples else {})
     errors = {name: [] for name in names}
-    for task, count_ in tasks:
-        for seed in range(count_):
-            sample = LC.make(task, length - 120, count, seed)
-            ids = tok.encode(sample.prompt()).ids
-            with torch.inference_mode():
-                base = model.new_cache(capacity=len(ids) + 40)
-                model(torch.tensor([ids[:-1]]), base, last_only=True)
-                if seed == 0:  # one decode step with every method on the same q/k/v
-                    probe = ErrorProbe(make())
-                    with model.attention_method(probe):
-                        model(torch.tensor([[ids[-1]]]), base.clone())
-                    for name, e in probe.errors.items():
-                        errors[name] += e
-                for name, method in make().items():
-                    cache = base.clone()
-                    token, out = ids[-1], []
-                    with model.attention_method(method):
-                        for _ in range(16):
-                            token = int(model(torch.tensor([[token]]), cache)[0, -1].argmax())
-                            if token == eos:
-                                break
-                            out.append(token)
-                    scores[name, task].append(LC.score(sample, tok.decode(out)))
+
+    def probe(task, seed, cache, token):  # one decode step with every method on the same q/k/v
+        if seed == 0:
+            errors_of = ErrorProbe(make())
+            with torch.inference_mode(), model.attention_method(errors_of):
+                model(torch.tensor([[token]]), cache.clone())
+            for name, e in errors_of.errors.items():
+                errors[name] += e
+    scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe)
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
               "completion": {name: scores[name, LC.COMPLETION] for name in names} if completion_samples else {},
               "error": {k: sum(v) / len(v) for k, v in errors.items()},
@@ -134,18 +110,11 @@ def perplexity(model, tok, length: int, make) -> dict:
         raise ValueError(f"license texts give {len(ids)} tokens; perplexity at {length} needs "
                          f"{length + PERPLEXITY_TOKENS}")
     prefix, target = ids[:length], ids[length:length + PERPLEXITY_TOKENS]
+    base, _ = evaluate_llm.prefill(model, prefix[:-1], room=PERPLEXITY_TOKENS + 2)
     out = {}
-    with torch.inference_mode():
-        base = model.new_cache(capacity=length + PERPLEXITY_TOKENS + 1)
-        model(torch.tensor([prefix[:-1]]), base, last_only=True)
-        for name, method in make().items():
-            cache, token, nll = base.clone(), prefix[-1], 0.0
-            with model.attention_method(method):
-                for nxt in target:
-                    logits = model(torch.tensor([[token]]), cache)[0, -1].float()
-                    nll += float(torch.logsumexp(logits, -1) - logits[nxt])
-                    token = nxt
-            out[name] = math.exp(nll / len(target))
+    for name, method in make().items():
+        nll = evaluate_llm.teacher_forced_nll(model, base.clone(), prefix[-1], target, method)
+        out[name] = math.exp(sum(nll) / len(target))
     return out
 
 

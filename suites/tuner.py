@@ -13,7 +13,6 @@ machinery (baselines/olive_search.py).
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget; Olive on one workload.
 """
 import hashlib
-import os
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,9 @@ from claimbench.datasets import onnx_workloads as W
 from claimbench.datasets import vectors
 from claimbench.impl.tuner import Tuner
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 INPUTS = ("corpus", "smollm2-135m", "all-minilm-l6-v2")  # MiniLM's and SmolLM2's feeds and held-out text
 WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
 MODE = "fast" if QUICK else "mixed"

@@ -22,11 +22,14 @@ from pathlib import Path
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, measure, metrics
-from claimbench.baselines.storage_io import ALIGN, AlignedArena, ReadRequest, SyncPread, ThreadPoolPread
+from claimbench.baselines.storage_io import SyncPread, ThreadPoolPread
 from claimbench.datasets import traces, vectors
 from claimbench.impl.ugds import IoUringBatched
+from claimbench.interfaces import ALIGN, AlignedArena, ReadRequest
 
-QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+from . import common
+
+QUICK = common.QUICK
 FILE_BYTES = (256 if QUICK else 1024) << 20
 SIZES = [4096, 1 << 20] if QUICK else [4096, 64 << 10, 1 << 20, 16 << 20]
 DEPTHS = [1, 32] if QUICK else [1, 8, 32, 64]

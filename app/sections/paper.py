@@ -2,6 +2,7 @@
 import altair as alt
 import streamlit as st
 
+from claimbench import registry
 from claimbench.app import queries, views
 
 version = queries.db_version()
@@ -31,18 +32,19 @@ if not paper["suite"]:
     st.info("No suite for this paper yet: its claims are listed as not measured.")
     st.stop()
 
-if paper["suite"] in queries.TRADEOFFS:
-    spec = queries.TRADEOFFS[paper["suite"]]
-    points = queries.tradeoff(version, paper["suite"])
+specs = registry.load()
+spec = specs.paper(paper_id).tradeoff
+if spec:
+    points = queries.tradeoff(version, paper_id)
     if not points.empty:
         st.subheader("Method vs baselines: trade-off")
-        st.caption(f"{spec['quality_label']} vs {spec['speed_label']}, one point per {spec['point']}; "
+        st.caption(f"{spec.quality_label} vs {spec.speed_label}, one point per {spec.point}; "
                    "the Pareto front per machine is drawn large; a point whose gate failed is a cross; "
                    "bars: the 95% interval of the speed over interleaved rounds, where it was recorded.")
         points = points.assign(pareto=queries.pareto(points))
         base = alt.Chart(points).encode(
-            x=alt.X("quality:Q", title=spec["quality_label"], scale=alt.Scale(zero=False)),
-            y=alt.Y("speed:Q", title=spec["speed_label"], scale=alt.Scale(type="log")),
+            x=alt.X("quality:Q", title=spec.quality_label, scale=alt.Scale(zero=False)),
+            y=alt.Y("speed:Q", title=spec.speed_label, scale=alt.Scale(type="log")),
             color=alt.Color("method:N"), detail="machine:N",
             tooltip=["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"])
         chart = (base.mark_line(opacity=0.4) + base.mark_rule().encode(y="speed_low:Q", y2="speed_high:Q")
@@ -52,28 +54,27 @@ if paper["suite"] in queries.TRADEOFFS:
         )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
         st.altair_chart(chart)
 
-if paper["suite"] in queries.SWEEPS:
-    spec = queries.SWEEPS[paper["suite"]]
-    points = queries.sweep(version, paper["suite"])
+sweep = specs.paper(paper_id).sweep
+if sweep:
+    points = queries.sweep(version, paper_id)
     if not points.empty:
         st.subheader("Sweep")
-        st.caption(spec["title"])
+        st.caption(sweep.title)
         chart = alt.Chart(points).mark_line(point=True).encode(
-            x=alt.X("x:N", title=spec["x"], sort=spec["x_order"]), y=alt.Y("value:Q", title=None),
-            color=alt.Color("series:N", title=spec["series"]), strokeDash="machine:N",
+            x=alt.X("x:N", title=sweep.x, sort=list(sweep.x_order)), y=alt.Y("value:Q", title=None),
+            color=alt.Color("series:N", title=sweep.series), strokeDash="machine:N",
             tooltip=["machine", "x", "series", "metric", "value"],
         ).properties(width=260, height=220).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(
             y="independent")
         st.altair_chart(chart)
 
-board_task = paper["task"] if paper["task"] in queries.BOARDS else None
-if paper["suite"] not in queries.TRADEOFFS and board_task:
-    spec = queries.BOARDS[board_task]
-    df = queries.board(version, board_task)
+board = specs.board(paper["task"])
+if not spec and board:
+    df = queries.board(version, board.task)
     if not df.empty:
         st.subheader("Method vs baselines")
-        st.caption(spec["title"])
-        st.altair_chart(views.board_chart(df, spec))
+        st.caption(board.title)
+        st.altair_chart(views.board_chart(df, board))
 
 raw = queries.results(version, paper["suite"] + ".")
 benchmarks = [b for b in claims["benchmark"].unique() if b]

@@ -3,10 +3,10 @@ import random
 
 import pytest
 
-from claimbench.baselines.storage_io import (AlignedArena, KVChunkStore, ReadRequest, StorageError, SyncPread,
-                                             ThreadPoolPread)
+from claimbench.baselines.storage_io import KVChunkStore, SyncPread, ThreadPoolPread
 from claimbench.impl import ugds
 from claimbench.impl.ugds import IoUringBatched, io_uring_available
+from claimbench.interfaces import AlignedArena, ReadRequest, StorageError
 
 
 def readers():

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -83,9 +84,12 @@ def test_a_clone_with_nothing_beside_it_has_every_input(tmp_path, monkeypatch):
     from claimbench.datasets import longcontext, traces
     text.documents.cache_clear()  # read the documents again, from the clone
     longcontext.haystack_sentences.cache_clear()
-    spec = importlib.util.spec_from_file_location("clone_ugds", clone / "suites" / "ugds.py")
-    ugds = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ugds)
+    package = importlib.util.spec_from_file_location("clone_suites", clone / "suites" / "__init__.py",
+                                                     submodule_search_locations=[str(clone / "suites")])
+    monkeypatch.setitem(sys.modules, "clone_suites", importlib.util.module_from_spec(package))
+    package.loader.exec_module(sys.modules["clone_suites"])
+    ugds = importlib.import_module("clone_suites.ugds")
+    assert ugds.__file__ == str(clone / "suites" / "ugds.py")
     replay = ugds.ttft(traces.requests(limit=2000), {"sync-pread": 0.002, "io-uring-batched": 0.001}, 20_000.0)
     assert replay["sync-pread"][0] > replay["io-uring-batched"][0] > 0
     sample = longcontext.make(longcontext.COMPLETION, 1200, lambda t: len(t.split()), 0)

@@ -5,7 +5,7 @@ from claimbench import agentcost as AC
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
 from claimbench.datasets.agent_trajectories import Trajectory, Turn
 from claimbench.impl.agent_cache import KVDrop, KVDropSession
-from claimbench.model import Llama, LlamaConfig, dense_attention
+from claimbench.llm.model import Llama, LlamaConfig, dense_attention
 
 # system 100, user 50, then calls of 10 tokens and tool outputs of 200
 TRAJ = Trajectory("hand", (Turn("system", 100), Turn("user", 50), Turn("tool_call", 10), Turn("tool_output", 200),
@@ -18,32 +18,32 @@ def tokens(bills):
 
 
 def test_full_history_reads_the_previous_prompt():
-    bills = FullHistory().replay(TRAJ, window=10_000, min_cacheable=0)
+    bills = AC.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=0)
     assert tokens(bills) == [(0, 150, 0, 10), (150, 210, 0, 10), (360, 210, 0, 10), (570, 210, 0, 10)]
 
 
 def test_min_cacheable_prefix():
-    bills = FullHistory().replay(TRAJ, window=10_000, min_cacheable=300)
+    bills = AC.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=300)
     assert tokens(bills)[0] == (0, 0, 150, 10)  # too short to cache at all
     assert tokens(bills)[1] == (0, 360, 0, 10)  # the 150-token prefix is below the minimum
 
 
 def test_kv_drop_never_rewrites():
-    bills = KVDrop(keep_last=1).replay(TRAJ, window=10_000, min_cacheable=0)
+    bills = AC.replay(KVDrop(keep_last=1), TRAJ, window=10_000, min_cacheable=0)
     # call 3: output 1 dropped (not read), nothing rewritten; call 4: output 2 dropped as well
     assert tokens(bills) == [(0, 150, 0, 10), (150, 210, 0, 10), (160, 210, 0, 10), (170, 210, 0, 10)]
     assert all(b.written <= 210 for b in bills)
 
 
 def test_observation_masking_invalidates_from_the_edit():
-    bills = ObservationMasking(keep_last=1, placeholder_tokens=5).replay(TRAJ, window=10_000, min_cacheable=0)
+    bills = AC.replay(ObservationMasking(keep_last=1, placeholder_tokens=5), TRAJ, window=10_000, min_cacheable=0)
     # call 3: output 1 becomes a 5-token placeholder: cache valid only up to tool_call 1
     assert tokens(bills)[2] == (160, 5 + 10 + 200, 0, 10)
 
 
 def test_summarization_at_the_threshold():
     policy = ThresholdSummarization(threshold=0.5, summary_tokens=40)
-    bills = policy.replay(TRAJ, window=1000, min_cacheable=0)
+    bills = AC.replay(policy, TRAJ, window=1000, min_cacheable=0)
     kinds = [b.kind for b in bills]
     assert kinds == ["agent", "agent", "summary", "agent", "agent"]  # 570 tokens > 0.5 x 1000 at the third call
     summary, after = bills[2], bills[3]
@@ -86,7 +86,7 @@ def test_session_prefills_only_new_tokens_and_equals_masking(tiny):
             self.cache, self.hidden = cache, set()
 
         def attend(self, layer, q, k, v):
-            visible = torch.tensor([int(p) not in self.hidden for p in self.cache.valid_positions()])
+            visible = torch.tensor([int(p) not in self.hidden for p in self.cache.valid_positions(layer)])
             return dense_attention(q, k[:, :, visible], v[:, :, visible])
 
     full = tiny.new_cache()

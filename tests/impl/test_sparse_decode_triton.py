@@ -9,7 +9,7 @@ pytest.importorskip("triton")
 
 SCRIPT = """
 import torch
-from claimbench.baselines.sparse_attention import weighted_attention
+from claimbench.llm.sparse import weighted_attention
 from claimbench.impl.sparse_decode_triton import sparse_decode_attention
 gen = torch.Generator().manual_seed(0)
 for n, m in ((500, 37), (4096, 81)):

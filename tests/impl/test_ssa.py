@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from claimbench.baselines.sparse_attention import (Dense, ExactProxy, ImportanceSampling, LowRankProxy, OracleTopK,
-                                                    PQCache, PQProxy, Quest, draw_with_replacement)
+from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
 from claimbench.impl.ssa import SSA, ssa_select, water_fill
-from claimbench.model import Llama, LlamaConfig, dense_attention
+from claimbench.llm.model import Llama, LlamaConfig, dense_attention
+from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy, draw_with_replacement
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -4,7 +4,8 @@ import time
 
 import numpy as np
 
-from claimbench.impl.tuner import Backend, GateSpec, Knob
+from claimbench.impl.tuner import GateSpec
+from claimbench.interfaces import EngineBackend, Knob
 
 
 class ToyWorkload:
@@ -28,7 +29,7 @@ class ToyWorkload:
         return float(ok), bool(ok)
 
 
-class ToyBackend(Backend):
+class ToyBackend(EngineBackend):
     """speed: sleeps per call; noise: adds error (fails the gate); crash: kills the process."""
     name = "toy"
 

@@ -1,15 +1,9 @@
 """The harness suite's rows where an optional part is missing: one skip line, never a traceback."""
-import sys
-from pathlib import Path
-
 import pytest
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
-import gpu  # noqa: E402
-import harness  # noqa: E402
-
-from claimbench import appserver  # noqa: E402
+from claimbench import appserver
+from claimbench.suites import gpu, harness
 
 
 def test_first_paint_without_chromium_is_one_skip_line(monkeypatch):

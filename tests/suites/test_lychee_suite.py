@@ -1,17 +1,14 @@
 """The suite's measurement logic on a tiny dataset (the suite module itself, as asv imports it)."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
-import lychee as suite  # noqa: E402
+from claimbench.suites import lychee as suite
 
-from claimbench import evidence, intervals  # noqa: E402
-from claimbench.baselines.ivf_flat import IVFFlat  # noqa: E402
-from claimbench.datasets.vectors import VectorDataset, ground_truth  # noqa: E402
-from claimbench.impl.lychee import Lychee  # noqa: E402
+from claimbench import evidence, intervals
+from claimbench.baselines.ivf_flat import IVFFlat
+from claimbench.datasets.vectors import VectorDataset, ground_truth
+from claimbench.impl.lychee import Lychee
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +50,7 @@ def test_failed_gate_is_not_a_number():
     identical = intervals.rate([True] * 97 + [False] * 3)
     point = {("d", "0.999"): {"identical": identical.value, "identical_estimate": identical,
                               "speedup_estimate": intervals.ratio_of_rounds([5.0] * 7, [1.0] * 7)}}
-    with pytest.raises(suite.GateFailed, match="97.00%"):
+    with pytest.raises(suite.common.GateFailed, match="97.00%.*the gate is lychee.ClaimSpeedup.track_identical_rate >= 1"):
         suite.ClaimSpeedup().track_speedup(point, "d", "0.999")
     assert suite.ClaimSpeedup().track_identical_rate(point, "d", "0.999") == 0.97
 

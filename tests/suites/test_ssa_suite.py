@@ -1,11 +1,8 @@
 """SSA's claim numbers from per-sample outcomes (the suite module itself, as asv imports it)."""
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
-import ssa as suite  # noqa: E402
+from claimbench.suites import ssa as suite
 
 
 def test_claims_are_paired_over_the_completion_samples():

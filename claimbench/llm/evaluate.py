@@ -1,0 +1,109 @@
+"""The one evaluation loop of the LLM substrate: prefill, greedy decode, teacher-forced NLL and
+long-context task accuracy with per-item outcomes (the intervals are computed from those).
+
+A method here is anything `model.attention_method` takes (or None for the model as it is); it
+is active for every decode step, the first new token included.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from typing import Callable, Sequence
+
+import torch
+
+from claimbench.datasets import longcontext
+from claimbench.llm.model import KVCache, Llama
+
+
+def token_counter(tokenizer) -> Callable[[str], int]:
+    return lambda text: len(tokenizer.encode(text).ids)
+
+
+def _active(model: Llama, method):
+    return model.attention_method(method) if method is not None else nullcontext()
+
+
+@torch.inference_mode()
+def prefill(model: Llama, ids: Sequence[int], room: int = 64) -> tuple[KVCache, torch.Tensor]:
+    """A cache holding ids (with room for `room` more) and the logits (vocab,) after the last."""
+    cache = model.new_cache(capacity=len(ids) + room)
+    logits = model(torch.tensor([list(ids)]), cache, last_only=True)[0, -1]
+    return cache, logits
+
+
+@torch.inference_mode()
+def decode(model: Llama, cache: KVCache, method=None, n: int = 16, eos: int | None = None, *,
+           token: int | None = None, logits: torch.Tensor | None = None) -> list[int]:
+    """Greedy continuation of the cache, at most n tokens, stopping before eos. It starts either
+    from the logits after the cache's last entry or by feeding `token` first (so that the method
+    decides the first new token too)."""
+    if (token is None) == (logits is None):
+        raise ValueError("decode starts from a token to feed or from logits, exactly one of them")
+    out: list[int] = []
+    with _active(model, method):
+        if token is not None:
+            logits = model(torch.tensor([[token]]), cache)[0, -1]
+        for step in range(n):
+            nxt = int(logits.argmax())
+            if nxt == eos:
+                break
+            out.append(nxt)
+            if step + 1 < n:
+                logits = model(torch.tensor([[nxt]]), cache)[0, -1]
+    return out
+
+
+def generate(model: Llama, ids: Sequence[int], n: int, eos: int | None = None) -> list[int]:
+    """Greedy continuation of a prompt (no method): prefill, then decode."""
+    cache, logits = prefill(model, ids, room=n)
+    return decode(model, cache, None, n, eos, logits=logits)
+
+
+@torch.inference_mode()
+def teacher_forced_nll(model: Llama, cache: KVCache, token: int, targets: Sequence[int], method=None) -> list[float]:
+    """Negative log-likelihood of each target, decoded one step at a time from the cache (feeding
+    `token`, then the targets themselves) with the method active at every step."""
+    out = []
+    with _active(model, method):
+        for nxt in targets:
+            logits = model(torch.tensor([[token]]), cache)[0, -1].float()
+            out.append(float(torch.logsumexp(logits, -1) - logits[nxt]))
+            token = nxt
+    return out
+
+
+@torch.inference_mode()
+def windowed_perplexity(forward: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, window: int = 1024) -> float:
+    """Token-level perplexity of ids (1, n) over non-overlapping windows; forward maps (1, T) token
+    ids to (1, T, vocab) logits (the compact model, or any other implementation of the same weights)."""
+    nll, count = 0.0, 0
+    for start in range(0, ids.shape[1] - 1, window):
+        chunk = ids[:, start:start + window + 1]
+        logits = forward(chunk[:, :-1]).float()
+        nll += torch.nn.functional.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
+        count += chunk.shape[1] - 1
+    return math.exp(nll / count)
+
+
+def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], dict], tasks: dict[str, int],
+                  length: int, new_tokens: int = 16,
+                  on_prefill: Callable[[str, int, KVCache, int], None] | None = None) -> dict[tuple[str, str], list[float]]:
+    """Per (method, task), the score of every sample (`longcontext.make(task, length, ..., seed)` for
+    seed < tasks[task]). One prefill of the prompt but its last token per sample is shared by the
+    methods make_methods() returns (fresh ones per sample, each decoding on its own copy);
+    on_prefill(task, seed, cache, last token) sees that prefill first."""
+    count = token_counter(tokenizer)
+    names = list(make_methods())
+    scores = {(name, task): [] for name in names for task in tasks}
+    for task, samples in tasks.items():
+        for seed in range(samples):
+            sample = longcontext.make(task, length, count, seed)
+            ids = tokenizer.encode(sample.prompt()).ids
+            base, _ = prefill(model, ids[:-1], room=new_tokens + 24)
+            if on_prefill is not None:
+                on_prefill(task, seed, base, ids[-1])
+            for name, method in make_methods().items():
+                out = decode(model, base.clone(), method, new_tokens, eos, token=ids[-1])
+                scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
+    return scores

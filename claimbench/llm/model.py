@@ -1,0 +1,399 @@
+"""A compact Llama in torch (in the spirit of gpt-fast's model.py) with a hookable KV cache.
+
+RMSNorm, RoPE in rotate-half layout (pair j is dims (j, j + head_dim/2)), grouped-query
+attention, SwiGLU, tied embeddings; fp32 and bf16. The KV cache keeps each entry's original
+position, so entries can be dropped, kept or rewound without re-prefilling.
+Hook points, each a context manager; they compose the way kvpress's presses do (every point
+but decode attention chains in the order entered):
+- `model.attention_method(m)`: m.attend(layer, q, k, v) replaces decode attention (exclusive);
+- `model.select_tokens(s)`: prefill rows kept after each layer (GemFilter, FastKV, TokenGate);
+- `model.swap_modules({name: module}, trainable=...)`: quantized, sparse or trainable modules;
+- `model.capture_qk()`: q and k after RoPE per layer, for calibration;
+- `model.slice_qk({layer: pairs})`: a per-layer q/k width (RACE's sliced projections);
+- `cache.keep(idx)` / `cache.drop(idx)` / `cache.truncate(position)`: edit the cache in place.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+    max_seq_len: int = 8192
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @classmethod
+    def smollm2_135m(cls) -> "LlamaConfig":
+        return cls(vocab_size=49152, dim=576, n_layers=30, n_heads=9, n_kv_heads=3, ffn_dim=1536,
+                   rope_theta=100_000.0, norm_eps=1e-5, max_seq_len=8192)
+
+    @classmethod
+    def tiny(cls) -> "LlamaConfig":
+        """Same architecture, random weights, for fast unit tests."""
+        return cls(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,
+                   rope_theta=10_000.0, max_seq_len=1024)
+
+
+class HookError(RuntimeError):
+    """Two methods that cannot be active together; the message names both."""
+
+
+class KVCache:
+    """Keys and values per layer, k (B, n_kv_heads, capacity, qk_dim of the layer) and v
+    (B, n_kv_heads, capacity, head_dim), the first `lengths[layer]` entries valid, with the original
+    position of each entry. Layers hold the same entries unless a prefill token selection dropped
+    rows after some layer (then later layers hold fewer)."""
+
+    def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype=torch.float32,
+                 device="cpu", qk_dims: list[int] | None = None):
+        qk_dims = qk_dims or [config.head_dim] * config.n_layers
+        self.k = [torch.zeros(batch, config.n_kv_heads, capacity, d, dtype=dtype, device=device) for d in qk_dims]
+        self.v = [torch.zeros(batch, config.n_kv_heads, capacity, config.head_dim, dtype=dtype, device=device)
+                  for _ in qk_dims]
+        self.positions = [torch.zeros(capacity, dtype=torch.long, device=device) for _ in qk_dims]
+        self.lengths = [0] * len(qk_dims)
+        self.next_position = 0  # positions keep counting after drops
+
+    @property
+    def length(self) -> int:
+        """Entries held (the same in every layer; see `lengths` after a prefill token selection)."""
+        if len(set(self.lengths)) > 1:
+            raise ValueError(f"layers hold different numbers of entries ({min(self.lengths)}-{max(self.lengths)}) "
+                             "after a prefill token selection; read cache.lengths")
+        return self.lengths[0]
+
+    def new_positions(self, n: int) -> Tensor:
+        """Positions for n new tokens, after every position handed out so far."""
+        positions = torch.arange(self.next_position, self.next_position + n, device=self.positions[0].device)
+        self.next_position += n
+        return positions
+
+    def append(self, layer: int, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Store one layer's new keys/values (their positions given); return that layer's valid
+        keys, values and key positions."""
+        start, n = self.lengths[layer], k.shape[2]
+        end = start + n
+        if end > self.k[layer].shape[2]:
+            grow = max(end, 2 * self.k[layer].shape[2]) - self.k[layer].shape[2]
+            self.k[layer] = torch.cat([self.k[layer], self.k[layer].new_zeros(*k.shape[:2], grow, k.shape[3])], 2)
+            self.v[layer] = torch.cat([self.v[layer], self.v[layer].new_zeros(*v.shape[:2], grow, v.shape[3])], 2)
+            self.positions[layer] = torch.cat([self.positions[layer], self.positions[layer].new_zeros(grow)])
+        self.k[layer][:, :, start:end] = k
+        self.v[layer][:, :, start:end] = v
+        self.positions[layer][start:end] = positions
+        self.lengths[layer] = end
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end], self.positions[layer][:end]
+
+    def keep(self, index: Tensor) -> None:
+        """Keep only these entries (indices into the valid range, the same in every layer), in
+        order; nothing is recomputed."""
+        length = self.length
+        index = torch.as_tensor(index, dtype=torch.long, device=self.positions[0].device).sort().values
+        if len(index) and (index[0] < 0 or index[-1] >= length):
+            raise IndexError(f"keep: indices must be in [0, {length})")
+        n = len(index)
+        for layer in range(len(self.lengths)):
+            self.k[layer][:, :, :n] = self.k[layer][:, :, :length].index_select(2, index)
+            self.v[layer][:, :, :n] = self.v[layer][:, :, :length].index_select(2, index)
+            self.positions[layer][:n] = self.positions[layer][:length][index]
+            self.lengths[layer] = n
+
+    def drop(self, index: Tensor) -> None:
+        mask = torch.ones(self.length, dtype=torch.bool, device=self.positions[0].device)
+        mask[torch.as_tensor(index, dtype=torch.long, device=mask.device)] = False
+        self.keep(mask.nonzero().flatten())
+
+    def truncate(self, position: int) -> None:
+        """Forget every entry at `position` or later, in every layer, and continue from there
+        (speculative decoding rewinds to the last accepted token this way)."""
+        if not 0 <= position <= self.next_position:
+            raise IndexError(f"truncate: position must be in [0, {self.next_position}]; got {position}")
+        for layer, length in enumerate(self.lengths):
+            self.lengths[layer] = int((self.positions[layer][:length] < position).sum())
+        self.next_position = position
+
+    def clone(self) -> "KVCache":
+        """An independent copy (e.g. one prefill shared by several decode-time methods)."""
+        other = object.__new__(KVCache)
+        other.k, other.v = [k.clone() for k in self.k], [v.clone() for v in self.v]
+        other.positions = [p.clone() for p in self.positions]
+        other.lengths, other.next_position = list(self.lengths), self.next_position
+        return other
+
+    def valid_positions(self, layer: int | None = None) -> Tensor:
+        """Positions of the entries held (of one layer, or of all when they hold the same)."""
+        return self.positions[0 if layer is None else layer][:self.length if layer is None else self.lengths[layer]]
+
+
+def rope_cos_sin(positions: Tensor, inv_freq: Tensor, dtype) -> tuple[Tensor, Tensor]:
+    freqs = positions.float()[:, None] * inv_freq[None, :]  # (T, head_dim/2)
+    emb = torch.cat([freqs, freqs], dim=-1)  # (T, head_dim)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, H, T, head_dim), rotate-half layout."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def grouped_sdpa(q, k, v, **kw):
+    """SDPA with fewer KV heads than query heads. The legacy ONNX exporter has no grouped-query
+    SDPA, so under export the KV heads are repeated explicitly (same result)."""
+    if torch.onnx.is_in_onnx_export():
+        rep = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), **kw)
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig, layer: int):
+        super().__init__()
+        self.layer, self.config = layer, config
+        hd = config.head_dim
+        self.wq = nn.Linear(config.dim, config.n_heads * hd, bias=False)
+        self.wk = nn.Linear(config.dim, config.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(config.dim, config.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(config.n_heads * hd, config.dim, bias=False)
+        self.rope_index: Tensor | None = None  # the rotary dims q/k keep, when `slice_qk` narrowed them
+
+    @property
+    def qk_dim(self) -> int:
+        return self.wk.out_features // self.config.n_kv_heads
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, positions: Tensor,
+                hooks: "Hooks") -> Tensor:
+        B, T, _ = x.shape
+        c = self.config
+        q = self.wq(x).view(B, T, c.n_heads, self.qk_dim).transpose(1, 2)  # (B, H, T, qk_dim)
+        k = self.wk(x).view(B, T, c.n_kv_heads, self.qk_dim).transpose(1, 2)  # (B, Hkv, T, qk_dim)
+        v = self.wv(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        if self.rope_index is not None:
+            cos, sin = cos[:, self.rope_index], sin[:, self.rope_index]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        for captured in hooks.captures:
+            captured.append((self.layer, q.detach(), k.detach()))
+        past, key_positions = 0, positions
+        if cache is not None:
+            past = cache.lengths[self.layer]
+            k, v, key_positions = cache.append(self.layer, k, v, positions)
+        # scores keep the full head's 1/sqrt(head_dim) when q/k are sliced: they approximate its dot products
+        scale = {} if self.qk_dim == c.head_dim else {"scale": 1 / math.sqrt(c.head_dim)}
+        if T == 1 and hooks.attention is not None:
+            out = hooks.attention.attend(self.layer, q, k, v)
+        elif T == 1 or past == 0:  # new tokens come in position order, so causal is the right mask
+            out = grouped_sdpa(q, k, v, is_causal=bool(T > 1), **scale)
+        else:  # a chunk after cached entries: each token sees every entry at or before its position
+            out = grouped_sdpa(q, k, v, attn_mask=key_positions[None, :] <= positions[:, None], **scale)
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.dim, config.ffn_dim, bias=False)  # gate
+        self.w3 = nn.Linear(config.dim, config.ffn_dim, bias=False)  # up
+        self.w2 = nn.Linear(config.ffn_dim, config.dim, bias=False)  # down
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, config: LlamaConfig, layer: int):
+        super().__init__()
+        self.attention_norm = RMSNorm(config.dim, config.norm_eps)
+        self.attention = Attention(config, layer)
+        self.ffn_norm = RMSNorm(config.dim, config.norm_eps)
+        self.feed_forward = FeedForward(config)
+
+    def forward(self, x, cos, sin, cache, positions, hooks):
+        x = x + self.attention(self.attention_norm(x), cos, sin, cache, positions, hooks)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Hooks:
+    """What methods have plugged into a model; see the module docstring."""
+
+    def __init__(self):
+        self.attention = None
+        self.captures: list[list] = []
+        self.selectors: list = []
+
+
+class Llama(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.dim, config.norm_eps)
+        self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        hd = config.head_dim
+        self.register_buffer("inv_freq", 1.0 / config.rope_theta ** (torch.arange(0, hd, 2).float() / hd),
+                             persistent=False)
+        self.hooks = Hooks()
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> KVCache:
+        p = self.tok_embeddings.weight
+        return KVCache(self.config, batch, capacity, p.dtype, p.device,
+                       qk_dims=[block.attention.qk_dim for block in self.layers])
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None, last_only: bool = False) -> Tensor:
+        """tokens (B, T) -> logits (B, T, vocab) (or (B, 1, vocab) with last_only).
+
+        With a cache, the tokens continue it: their positions follow the cache's last position
+        and they attend to every entry the cache holds. Under a prefill token selection, the
+        logits are those of the rows that reach the last layer.
+        """
+        B, T = tokens.shape
+        positions = cache.new_positions(T) if cache is not None else torch.arange(T, device=tokens.device)
+        x = self.tok_embeddings(tokens)
+        cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
+        for block in self.layers:
+            x = block(x, cos, sin, cache, positions, self.hooks)
+            if self.hooks.selectors and T > 1:
+                for selector in self.hooks.selectors:
+                    index = selector.select(block.attention.layer, x, positions)
+                    if index is not None:
+                        index = torch.as_tensor(index, dtype=torch.long, device=x.device).sort().values
+                        x, positions, cos, sin = x[:, index], positions[index], cos[index], sin[index]
+        if last_only:
+            x = x[:, -1:]
+        return self.output(self.norm(x))
+
+    @contextmanager
+    def attention_method(self, method):
+        """Replace decode attention: method.attend(layer, q (B,H,1,hd), k, v (B,Hkv,n,hd)) -> (B,H,1,hd).
+        The one exclusive hook point: two methods cannot both produce the attention output."""
+        if self.hooks.attention is not None:
+            raise HookError(f"decode attention is already replaced by {self.hooks.attention!r}; "
+                            f"{method!r} cannot replace it at the same time")
+        self.hooks.attention = method
+        try:
+            yield method
+        finally:
+            self.hooks.attention = None
+
+    def select_tokens(self, selector):
+        """During prefill, after every layer: selector.select(layer, x (B, T, dim), positions (T,))
+        returns the rows to keep (indices, any order) or None for all; later layers, their cache
+        entries and the logits see only the kept rows. Selectors chain in the order entered."""
+        return _in_chain(self.hooks.selectors, selector)
+
+    def capture_qk(self):
+        """Collect (layer, q, k) after RoPE for every forward inside the block (captures nest)."""
+        return _in_chain(self.hooks.captures, [])
+
+    @contextmanager
+    def swap_modules(self, modules: dict[str, nn.Module], trainable: bool = False):
+        """Replace submodules by name (e.g. 'layers.3.attention.wq'), restored on exit. The new
+        modules' parameters train (requires_grad) only with trainable=True. Swaps of the same
+        name nest: the inner one sees, and may wrap, the outer one's module."""
+        missing = sorted(name for name in modules if not _has_submodule(self, name))
+        if missing:
+            raise KeyError(f"no such module(s): {', '.join(missing)}")
+        saved = {}
+        for name, module in modules.items():
+            parent, _, attr = name.rpartition(".")
+            owner = self.get_submodule(parent)
+            saved[name] = getattr(owner, attr)
+            module.requires_grad_(trainable)
+            setattr(owner, attr, module)
+        try:
+            yield self
+        finally:
+            for name, module in reversed(saved.items()):
+                parent, _, attr = name.rpartition(".")
+                setattr(self.get_submodule(parent), attr, module)
+
+    @contextmanager
+    def slice_qk(self, pairs: dict[int, Tensor]):
+        """Per layer, keep only these rotary pairs of every q/k head (pair j is dims j and
+        j + head_dim/2): the layer's q/k width becomes 2 * len(pairs), attention scores keep the
+        full head's scale. Caches made inside hold keys at those widths."""
+        half = self.config.head_dim // 2
+        swaps, blocks = {}, {}
+        for layer, kept in pairs.items():
+            kept = torch.as_tensor(kept, dtype=torch.long)
+            if len(kept) == 0 or kept.min() < 0 or kept.max() >= half or len(kept.unique()) != len(kept):
+                raise ValueError(f"slice_qk: layer {layer} needs distinct pairs in [0, {half}); got {kept.tolist()}")
+            attention = self.layers[layer].attention
+            dims = torch.cat([kept, kept + half])  # rotate-half layout: first halves, then second halves
+            for name, heads in (("wq", self.config.n_heads), ("wk", self.config.n_kv_heads)):
+                old = getattr(attention, name)
+                rows = (torch.arange(heads)[:, None] * self.config.head_dim + dims[None, :]).flatten()
+                new = nn.Linear(old.in_features, len(rows), bias=False, device=old.weight.device,
+                                dtype=old.weight.dtype)
+                new.weight.data.copy_(old.weight.data[rows])
+                swaps[f"layers.{layer}.attention.{name}"] = new
+            blocks[layer] = dims.to(self.inv_freq.device)
+        with self.swap_modules(swaps):
+            saved = {layer: self.layers[layer].attention.rope_index for layer in blocks}
+            for layer, dims in blocks.items():
+                self.layers[layer].attention.rope_index = dims
+            try:
+                yield self
+            finally:
+                for layer, dims in saved.items():
+                    self.layers[layer].attention.rope_index = dims
+
+
+@contextmanager
+def _in_chain(chain: list, item):
+    """item at the end of a hook chain for the block; taken out by identity (lists of tensors do not
+    compare) on exit."""
+    chain.append(item)
+    try:
+        yield item
+    finally:
+        del chain[next(i for i, x in enumerate(chain) if x is item)]
+
+
+def _has_submodule(model: nn.Module, name: str) -> bool:
+    try:
+        model.get_submodule(name)
+    except AttributeError:
+        return False
+    return True
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Reference decode attention (B, H, 1, hd) over all of k, v (B, Hkv, n, hd), GQA by repetition."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return scores.softmax(-1) @ v

@@ -1,0 +1,48 @@
+"""What every suite shares: quick mode, the computed-once base, families of track_ methods, the
+gate-failure exception and the gates themselves (read from papers.toml, never restated here)."""
+import os
+
+from claimbench import registry
+
+QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+
+
+class GateFailed(AssertionError):
+    """The method failed its quality gate: its speed (or cost) does not count, and asv records the
+    benchmark as failed."""
+
+
+class ComputedOnce:
+    """A suite whose setup_cache measures everything once and whose track_ methods read it."""
+    rounds = 1
+    repeat = 1
+    number = 1
+
+
+def add_tracks(cls, tracks: dict, unit: str) -> None:
+    """Add one track_<name> method per entry (name -> function(self, result, *params)), all in one unit."""
+    for name, function in tracks.items():
+        function.unit = unit
+        function.__name__ = f"track_{name}"
+        setattr(cls, function.__name__, function)
+
+
+def gate(benchmark: str) -> registry.Gate:
+    """The gate papers.toml sets on the claim measured by `benchmark`."""
+    return registry.load().gate_of(benchmark)
+
+
+def check_gate(benchmark: str, value: float, failure: str) -> None:
+    """Raise GateFailed (with `failure` and the gate) unless value passes the claim's gate."""
+    rule = gate(benchmark)
+    if not rule.passes(value):
+        raise GateFailed(f"{failure} ({rule.benchmark} = {value:.4g}; the gate is {rule.describe()})")
+
+
+def smollm2():
+    """SmolLM2-135M (model, tokenizer, eos id) on every core."""
+    import torch
+
+    from claimbench.llm import smollm
+    torch.set_num_threads(os.cpu_count() or 1)
+    return smollm.load()

@@ -1,0 +1,135 @@
+"""Every implementation of every interface in claimbench/interfaces.py, found by walking impl/ and
+baselines/, meets its interface's contract on a small input. A new implementation is picked up
+here without editing this file (unless its constructor needs arguments: then it gets a factory)."""
+import importlib
+import inspect
+import os
+import pkgutil
+
+import numpy as np
+import pytest
+import torch
+
+from claimbench import agentcost, interfaces
+from claimbench.datasets import agent_trajectories
+from claimbench.llm.model import dense_attention
+
+
+def implementations(interface) -> list[type]:
+    for package in ("claimbench.impl", "claimbench.baselines"):
+        for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            importlib.import_module(f"{package}.{info.name}")
+    found, todo = [], [interface]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if not inspect.isabstract(sub) and sub.__module__.startswith(("claimbench.impl", "claimbench.baselines")):
+                found.append(sub)
+    return sorted(found, key=lambda c: c.__qualname__)
+
+
+def make(cls, **kwargs):
+    """An instance with small knobs where it has them, or a skip naming what is missing here."""
+    try:
+        return cls(**{k: v for k, v in kwargs.items() if k in inspect.signature(cls).parameters})
+    except (interfaces.StorageError, ImportError, RuntimeError) as e:
+        pytest.skip(f"{cls.__name__}: {e}")
+
+
+def test_every_family_has_an_implementation():
+    for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
+                      interfaces.ContextPolicy, interfaces.EngineBackend):
+        assert implementations(interface), interface
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.VectorIndex), ids=lambda c: c.__name__)
+def test_vector_index_contract(cls):
+    rng = np.random.default_rng(0)
+    xb, xq = rng.standard_normal((2000, 16)).astype(np.float32), rng.standard_normal((7, 16)).astype(np.float32)
+    index = make(cls, nlist=16)
+    with pytest.raises(interfaces.InputError):
+        index.search(xq, 5)
+    index.build(xb)
+    if hasattr(index, "nprobe"):
+        index.set_query_params(nprobe=16)  # every list: exact
+    distances, ids = index.search(xq, 5)
+    assert distances.shape == ids.shape == (7, 5) and index.ntotal == 2000 and index.d == 16
+    exact = ((xq[:, None, :] - xb[None]) ** 2).sum(-1).argsort(1)[:, :5]
+    assert (ids == exact).mean() > 0.99 and (np.diff(distances, axis=1) >= -1e-5).all()
+    with pytest.raises(interfaces.InputError, match="dimension"):
+        index.search(xq[:, :8], 5)
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.DecodeAttention), ids=lambda c: c.__name__)
+def test_decode_attention_contract(cls):
+    """Shapes in and out; with the whole cache inside the budget, exactly dense attention."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 1, 16, generator=gen), torch.randn(1, 2, 400, 16, generator=gen),
+               torch.randn(1, 2, 400, 16, generator=gen))
+    method = make(cls, sparsity=10.0)
+    out = method.attend(0, q, k, v)
+    assert out.shape == (1, 4, 1, 16) and torch.isfinite(out).all()
+    small = make(cls, sparsity=1.0)
+    assert torch.allclose(small.attend(0, q, k[:, :, :30], v[:, :, :30]), dense_attention(q, k[:, :, :30], v[:, :, :30]),
+                          atol=1e-5)
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.BatchIO), ids=lambda c: c.__name__)
+def test_batch_io_contract(cls, tmp_path):
+    """Bytes written through the path read back identically through it, in request order."""
+    path = make(cls, queue_depth=8, threads=4)
+    arena = interfaces.AlignedArena(interfaces.ALIGN, 8)
+    file = tmp_path / "blocks"
+    file.write_bytes(b"\0" * 16 * interfaces.ALIGN)
+    try:
+        fd = os.open(file, os.O_RDWR | os.O_DIRECT)
+    except OSError as e:
+        pytest.skip(f"O_DIRECT on {tmp_path}: {e}")
+    try:
+        requests = [interfaces.ReadRequest(fd, offset * interfaces.ALIGN, interfaces.ALIGN) for offset in (9, 2, 5)]
+        for i in range(3):
+            arena.slot(i)[:] = bytes([i + 1]) * interfaces.ALIGN
+        assert path.write_batch(requests, arena) == [interfaces.ALIGN] * 3
+        for i in range(3):
+            arena.slot(i)[:] = b"\0" * interfaces.ALIGN
+        assert path.read_batch(requests[::-1], arena) == [interfaces.ALIGN] * 3
+        assert [bytes(arena.slot(i))[0] for i in range(3)] == [3, 2, 1]
+        with pytest.raises(interfaces.StorageError, match="slots"):
+            path.read_batch(requests * 3, arena)
+    finally:
+        os.close(fd)
+        path.close()
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.ContextPolicy), ids=lambda c: c.__name__)
+def test_context_policy_contract(cls):
+    """One agent bill per call; tokens add up; no call attends to more than full history's does."""
+    from claimbench.baselines.agent_context import FullHistory
+    traj = agent_trajectories.generate(agent_trajectories.GeneratorParams(calls_mean=30, calls_sd=0), seed=3)
+    bills = agentcost.replay(cls(), traj, window=128_000, min_cacheable=1024)
+    agent = [b for b in bills if b.kind == "agent"]
+    full = agentcost.replay(FullHistory(), traj, window=128_000, min_cacheable=1024)
+    assert len(agent) == len(traj.calls) == len(full)
+    assert all(min(b.read, b.written, b.uncached, b.output) >= 0 for b in bills)
+    assert all(b.read + b.written + b.uncached == b.context for b in bills)
+    assert all(a.context <= f.context for a, f in zip(agent, full))
+
+
+# Backends whose constructor takes what an earlier step found (Olive: its candidates; none here).
+BACKEND_FACTORIES = {"OliveCandidates": lambda cls: cls([])}
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.EngineBackend), ids=lambda c: c.__name__)
+def test_engine_backend_contract(cls, tmp_path):
+    """Valid knobs, and the default route runs the workload as the unoptimized reference does."""
+    from claimbench.impl.tuner import default_route
+    from tests.baselines.test_engine_build import ChainWorkload
+    if not cls.available():
+        pytest.skip(f"{cls.__name__}: needs the {cls.module} package (not installed here)")
+    backend = BACKEND_FACTORIES.get(cls.__name__, lambda c: c())(cls)
+    workload = ChainWorkload(tmp_path / "chain.onnx")
+    reference, _ = workload.reference()
+    knobs = backend.knobs(workload)
+    assert knobs and all(isinstance(k, interfaces.Knob) for k in knobs)
+    engine = backend.build(workload, default_route(knobs), tmp_path)
+    assert np.allclose(backend.run(engine, workload.gate_feeds()[0])[0], reference[0][0], atol=1e-4)
