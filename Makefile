@@ -6,7 +6,7 @@ CB := $(VENV)/bin/claimbench
 HOST ?= 127.0.0.1
 PORT ?= 8501
 
-.PHONY: run test clean
+.PHONY: run test kernels clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,10 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The kernel micro-benchmarks (kernels/, pytest-benchmark), beside this machine's asv results, ingested.
+kernels: $(VENV)/.installed
+	$(CB) kernels
 
 clean:
 	rm -rf .asv/results .asv/results-quick .claimbench

@@ -90,6 +90,17 @@ def results(version, prefix: str) -> pd.DataFrame:
     return df
 
 
+@st.cache_data(show_spinner=False)
+def kernels(version, suite: str) -> pd.DataFrame:
+    """The kernel micro-benchmarks of a suite's paper (kernels/test_<suite>.py), in milliseconds per call."""
+    df = results(version, f"pytest:kernels/test_{suite}.py::")
+    df["kernel"] = df["benchmark"].str.split("::").str[-1]
+    df["commit"] = df["commit"].str[:8]
+    for column in ("value", "low", "high"):
+        df[column] = df[column] * 1e3
+    return df
+
+
 def latest_per_machine(df: pd.DataFrame) -> pd.DataFrame:
     """Keep each benchmark's newest commit per machine in its preferred mode (full runs over older
     unrecorded ones over quick ones, as verdicts choose; a run of part of a suite hides nothing else)."""

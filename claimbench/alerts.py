@@ -178,7 +178,7 @@ def regressions(con, thresholds: Thresholds) -> list[Alert]:
            ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
     series: dict[tuple, list] = {}
     for bench, params, machine, direction, commit, date, value, mode, recorded in rows:
-        fingerprint = inputs.key(json.loads(recorded or "{}").get(bench.split(".", 1)[0]))
+        fingerprint = inputs.key(json.loads(recorded or "{}").get(inputs.suite_of(bench)))
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append((commit, date, value))
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():

@@ -1,4 +1,4 @@
-"""claimbench command line: run, ingest, claims, alerts, report, device-run, app."""
+"""claimbench command line: run, kernels, ingest, claims, alerts, report, device-run, app."""
 from __future__ import annotations
 
 import argparse
@@ -105,6 +105,15 @@ def cmd_app(args) -> int:
     return streamlit_cli.main()
 
 
+def cmd_kernels(args) -> int:
+    rc, path = runner.run_kernels(args.machine, pattern=args.k)
+    if args.no_ingest or not path.exists():
+        return rc
+    rep = I.ingest([path], db=args.db)
+    print(rep.summary())
+    return rc or (0 if rep.ok else 1)
+
+
 def cmd_device_run(args) -> int:
     from . import device
     argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else [])
@@ -154,6 +163,14 @@ def parser() -> argparse.ArgumentParser:
     _add_db(p)
     p.add_argument("--out", default=str(R.REPO_ROOT / "reports"))
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("kernels", help="the kernel micro-benchmarks (pytest-benchmark, kernels/) on this machine, "
+                                       "saved beside asv's results and ingested")
+    p.add_argument("--machine", help="machine name, as for run (default: hostname)")
+    p.add_argument("-k", help="only the kernels pytest -k selects")
+    p.add_argument("--no-ingest", action="store_true", help="write the JSON only")
+    p.add_argument("--db")
+    p.set_defaults(func=cmd_kernels)
 
     p = sub.add_parser("device-run", help="every GPU benchmark, on a lent GPU machine (python -m claimbench.device "
                                           "where claimbench is not installed)")

@@ -26,7 +26,7 @@ from pathlib import Path
 import asv.results
 import pyarrow as pa
 
-from . import environment, evidence, inputs, metrics, store
+from . import environment, evidence, inputs, intervals, metrics, store
 
 NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
 
@@ -207,8 +207,12 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
 
 
 def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
+    """pytest-benchmark JSON: one row per benchmark (its median, seconds, lower is better; with the
+    rounds' times saved, their order-statistic interval). `claimbench kernels` adds a "claimbench"
+    field with the run's mode and input digests; other files are ingested as unrecorded."""
     mi = data.get("machine_info") or {}
     ci = data.get("commit_info") or {}
+    record = data.get("claimbench") or {}
     machine_name = mi.get("node") or "unknown"
     benches = data["benchmarks"]
     if not isinstance(benches, list):
@@ -219,9 +223,12 @@ def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
             name, st = "pytest:" + b["fullname"], b["stats"]
             params = json.dumps(b.get("params") or {}, sort_keys=True, default=str)
             stats = {k: st[k] for k in ("min", "max", "mean", "stddev", "q1", "q3", "rounds") if k in st}
-            rows.append((name, params, float(st["median"]), "ok", metrics.SECONDS.unit, "lower",
-                         json.dumps(stats), [float(x) for x in st["data"]] if st.get("data") else None,
-                         None, None, None))
+            samples = [float(x) for x in st["data"]] if st.get("data") else None
+            interval = intervals.median_of(samples) if samples else None
+            rows.append((name, params, float(st["median"]), "ok", metrics.SECONDS.unit, "lower", json.dumps(stats),
+                         samples, *((interval.low, interval.high, json.dumps(
+                             {"method": interval.method, "n": interval.n, "min_n": interval.min_n,
+                              "confidence": interval.confidence})) if interval else (None, None, None))))
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"pytest-benchmark JSON: benchmarks[{i}] malformed ({e!r})") from None
     when = ci.get("time") or data.get("datetime")
@@ -233,7 +240,8 @@ def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
                "arch": mi.get("machine"), "cpu": cpu.get("brand_raw"), "num_cpu": cpu.get("count")}
     run = dict(machine=machine_name, commit_hash=ci.get("id") or "unknown", commit_date=date,
                env_name=f"pytest-benchmark-{mi.get('python_version', '')}",
-               python=mi.get("python_version"), source="pytest-benchmark", mode=inputs.UNRECORDED, inputs="{}")
+               python=mi.get("python_version"), source="pytest-benchmark",
+               mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
     return ParsedRun(path, sha, run, _machine_record(machine_name, machine, {}), rows)
 
 

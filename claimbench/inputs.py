@@ -94,6 +94,14 @@ def key(recorded: dict[str, str] | None) -> str:
     return hashlib.sha256(json.dumps(recorded, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def suite_of(benchmark: str) -> str:
+    """Where a benchmark's inputs are recorded in its run: its asv suite ('lychee.ClaimSpeedup.track_speedup'
+    -> 'lychee') or its kernel file ('pytest:kernels/test_lychee.py::test_bound_pass[...]' -> 'kernels/test_lychee')."""
+    if benchmark.startswith("pytest:"):
+        return benchmark.removeprefix("pytest:").split("::", 1)[0].removesuffix(".py")
+    return benchmark.split(".", 1)[0]
+
+
 def declared(suites_dir: Path) -> dict[str, tuple[str, ...]]:
     """Each suite module's INPUTS, read from its source (importing a suite loads torch and faiss)."""
     out = {}

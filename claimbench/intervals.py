@@ -70,14 +70,17 @@ def order_statistic_interval(samples: Sequence[float], confidence: float = CONFI
     n = len(x)
     if n == 0:
         raise ValueError("no samples")
-    best = (0, 1.0 - 2 * 0.5 ** n)
-    for j in range(n // 2, 0, -1):  # 1-based j; coverage of (x_(j), x_(n+1-j)) = 1 - 2 P(Bin(n, 1/2) < j)
-        coverage = 1.0 - 2 * sum(math.comb(n, i) for i in range(j)) / 2 ** n
-        if coverage >= confidence:
-            best = (j - 1, coverage)
-            break
-    lo = best[0]
-    return x[lo], x[n - 1 - lo], best[1]
+    # 1-based j: coverage of (x_(j), x_(n+1-j)) is 1 - 2 P(Bin(n, 1/2) < j); the pmf in log space, so
+    # that tens of thousands of rounds (a fast kernel's) cost O(n)
+    i = np.arange(n // 2 + 1)
+    log_pmf = math.lgamma(n + 1) - np.array([math.lgamma(k + 1) + math.lgamma(n - k + 1) for k in i]) - n * math.log(2)
+    below = np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])  # below[j] = P(Bin < j)
+    coverage = 1.0 - 2 * below[1:n // 2 + 1]  # for j = 1 .. n // 2
+    ok = np.flatnonzero(coverage >= confidence)
+    if len(ok) == 0:
+        return x[0], x[-1], 1.0 - 2 * 0.5 ** n
+    lo = int(ok[-1])  # the largest such j, 0-based index j - 1
+    return x[lo], x[n - 1 - lo], float(coverage[lo])
 
 
 def median_of(samples: Sequence[float]) -> Estimate:

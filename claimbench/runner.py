@@ -171,3 +171,24 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         print(f"claimbench: {len(failed)} benchmark(s) failed and were recorded as failed:", *failed, sep="\n  ")
         return 1
     return proc.returncode
+
+
+KERNELS_DIR = "kernels"
+KERNELS_SUFFIX = "-kernels.json"
+
+
+def run_kernels(machine: str | None = None, root: Path = REPO_ROOT, pattern: str | None = None) -> tuple[int, Path]:
+    """The kernel micro-benchmarks (kernels/, pytest-benchmark) into this machine's full-mode results
+    folder as `<commit>-kernels.json`, under the same machine name and commit as asv's runs.
+    Returns pytest's exit code and the JSON's path (written only when some kernel ran)."""
+    machine = machine or socket.gethostname()
+    write_machine_file(machine)
+    commit = head_commit(root)
+    out = results_dir(root, "full") / machine / f"{commit[:8]}{KERNELS_SUFFIX}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", str(root / KERNELS_DIR), "-q", "-p", "no:cacheprovider",
+           f"--benchmark-json={out}", "--benchmark-save-data", "--benchmark-max-time=0.5",
+           "--benchmark-min-rounds=7"] + (["-k", pattern] if pattern else [])
+    print(f"claimbench: kernels on {machine} at {commit[:8]} into {out}", flush=True)
+    rc = subprocess.run(cmd, cwd=root, env={**os.environ, "CLAIMBENCH_MACHINE": machine}).returncode
+    return rc, out

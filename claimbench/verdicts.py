@@ -228,7 +228,7 @@ def _explained(claim: Claim, deciding: dict) -> str:
 def _series(con, benchmark: str) -> dict[tuple[str, str, str, str], dict]:
     """(machine, commit, mode, inputs fingerprint) -> {'date', 'values': {params: value},
     'intervals': {params: {...}}} for one benchmark, oldest commit first."""
-    suite = benchmark.split(".", 1)[0]
+    suite = inputs.suite_of(benchmark)
     rows = con.execute(
         """SELECT r.machine, r.commit_hash, r.commit_date, r.mode, r.inputs, x.params, x.value, x.low, x.high,
                   x.interval
@@ -270,7 +270,7 @@ def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict
         series = _series(con, claim.benchmark) if (con is not None and claim.benchmark) else {}
         gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
         explains = {b: _series(con, b) for b in claim.explain} if series else {}
-        suite = claim.benchmark.split(".", 1)[0] if claim.benchmark else ""
+        suite = inputs.suite_of(claim.benchmark) if claim.benchmark else ""
         for machine, caps in (known.items() or [(None, set())]):
             runs = [(key, e) for key, e in series.items() if key[0] == machine]
             if not runs:

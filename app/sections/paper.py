@@ -32,6 +32,21 @@ if not paper["suite"]:
     st.info("No suite for this paper yet: its claims are listed as not measured.")
     st.stop()
 
+kernels = queries.kernels(version, paper["suite"])
+if not kernels.empty:
+    st.subheader("Kernels")
+    st.caption("The kernels behind the claims (`make kernels`, pytest-benchmark, one process, single thread): the "
+               "median time per call with the 95% interval of its rounds, newest commit per machine. When a claim's "
+               "ratio moves, the kernel that moved shows here.")
+    latest = queries.latest_per_machine(kernels)
+    st.dataframe(latest[["kernel", "machine", "commit", "value", "low", "high"]], hide_index=True, width="stretch",
+                 column_config={c: st.column_config.NumberColumn(f"{c} (ms)" if c == "value" else c, format="%.4g")
+                                for c in ("value", "low", "high")})
+    st.altair_chart(alt.Chart(kernels).mark_line(point=True).encode(
+        x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title="ms per call", scale=alt.Scale(type="log")),
+        color=alt.Color("kernel:N"), strokeDash="machine:N",
+        tooltip=["kernel", "machine", "commit", "value", "low", "high"]).properties(height=260), width="stretch")
+
 specs = registry.load()
 spec = specs.paper(paper_id).tradeoff
 if spec:

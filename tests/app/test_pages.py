@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 from claimbench import registry
 from claimbench.app import queries
 from claimbench.report import BADGE
+from tests.claimbench.test_kernels import repo  # noqa: F401 (a fixture)
 
 APP = Path(__file__).resolve().parents[2] / "app"
 PAGES = ["claims", "leaderboard", "paper", "alerts", "machines"]
@@ -154,6 +155,25 @@ def test_quick_runs_are_marked_on_the_boards_and_the_vector_board_uses_a_log_axi
     assert "laptop · quick" in set(frames(at)[0]["machine"])
     assert registry.load().board("vector-search").log is True
     assert "log scale" in json.dumps(at.get("vega_lite_chart")[0].proto.spec)
+
+
+def test_paper_page_shows_its_kernels(use_db, repo, tmp_path, monkeypatch):
+    """A real pytest-benchmark run of a kernel file named for the paper's suite, ingested beside the
+    fixture's results: the paper page lists it under its claims."""
+    import shutil
+
+    from claimbench import ingest, runner
+    from tests.claimbench.test_kernels import commit_kernel
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(use_db, db)
+    monkeypatch.setenv("CLAIMBENCH_DB", str(db))
+    commit_kernel(repo, 100_000, name="lychee")
+    runner.run_kernels("cpu-box", root=repo)
+    assert ingest.ingest([repo / ".asv" / "results"], db=db).ok
+    at = run("paper", paper="lychee")
+    assert "Kernels" in [s.value for s in at.subheader]
+    kernels = next(f for f in frames(at) if "kernel" in f)
+    assert list(kernels["kernel"]) == ["test_sum"] and list(kernels["machine"]) == ["cpu-box"]
 
 
 def test_claims_page_shows_a_run_in_progress(use_db):
