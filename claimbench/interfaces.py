@@ -9,6 +9,7 @@ fields of the implementations.
 - BatchIO: a storage path reading and writing batches of aligned requests (KV store I/O).
 - ContextPolicy: what an agent's prompt holds before each model call (billed by agentcost).
 - EngineBackend: route -> engine -> run, for the accuracy-gated engine tuner.
+- KVOffloadPolicy: what a tiered prefix cache writes to SSD (trace replay, claimbench.kvoffload).
 """
 from __future__ import annotations
 
@@ -247,3 +248,14 @@ class EngineBackend(ABC):
 
     @abstractmethod
     def run(self, engine, feeds: dict) -> list[np.ndarray]: ...
+
+
+class KVOffloadPolicy(ABC):
+    """When DRAM evicts an object (kind "kv": a block's full-attention KV, or "state": a linear-state
+    checkpoint; its bytes; how often it was read), whether it is written to SSD (else dropped).
+    `merge_bytes` > 0: admitted objects reach the drive merged into sequential segments of that size."""
+    name = "policy"
+    merge_bytes = 0
+
+    @abstractmethod
+    def admit(self, kind: str, size: int, reads: int) -> bool: ...

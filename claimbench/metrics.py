@@ -49,13 +49,21 @@ MEMORY_RATIO = Metric("memory ratio", "lower", "extra memory of the method / mem
 ALERT_RECALL = Metric("share of drops flagged", "higher", "planted regressions flagged at the commit they entered")
 FALSE_ALARMS = Metric("false alarm rate", "lower", "share of planted histories alerted where nothing regressed")
 DROP_SIZE = Metric("drop size", "lower", "the smallest planted drop flagged in at least 95% of histories")
+TERABYTES_WRITTEN = Metric("TB written", "lower", "host bytes written to SSD, in 10^12 bytes")
+HIT_RATE = Metric("hit rate", "higher", "share of prompt tokens (or requests) served from the cache")
+RECOMPUTED_TOKENS = Metric("tokens recomputed", "lower", "cached tokens prefilled again (no usable state checkpoint)")
+WRITE_AMPLIFICATION = Metric("write amplification", "lower", "NAND bytes written / host bytes written (modelled)")
+YEARS = Metric("years", "higher", "expected drive lifetime: rated TBW / (yearly host writes x write amplification)")
+LIFETIME_RATIO = Metric("x lifetime", "higher", "expected lifetime under the method / under the baseline")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
                                 TOKENS_PER_S, PERPLEXITY, ACCURACY, USD, PERCENT_CHANGE,
                                 PERCENT_SHARE, ACCURACY_RATIO, IOPS, BYTES_PER_S, SUBMIT_SHARE,
                                 RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE,
-                                COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE)}
+                                COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE,
+                                TERABYTES_WRITTEN, HIT_RATE, RECOMPUTED_TOKENS, WRITE_AMPLIFICATION, YEARS,
+                                LIFETIME_RATIO)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

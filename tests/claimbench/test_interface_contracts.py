@@ -38,7 +38,7 @@ def make(cls, **kwargs):
 
 def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
-                      interfaces.ContextPolicy, interfaces.EngineBackend):
+                      interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy):
         assert implementations(interface), interface
 
 
@@ -133,3 +133,22 @@ def test_engine_backend_contract(cls, tmp_path):
     assert knobs and all(isinstance(k, interfaces.Knob) for k in knobs)
     engine = backend.build(workload, default_route(knobs), tmp_path)
     assert np.allclose(backend.run(engine, workload.gate_feeds()[0])[0], reference[0][0], atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.KVOffloadPolicy), ids=lambda c: c.__name__)
+def test_kv_offload_policy_contract(cls):
+    """A yes/no admission for either kind of object, a non-negative merge size, and a replay where
+    every byte admitted to SSD is written once and no policy beats write-all's hit rate."""
+    from claimbench import kvoffload
+    from claimbench.baselines.kv_offload import WriteAll
+    policy = cls()
+    assert all(isinstance(policy.admit(kind, 1 << 20, reads), bool) for kind in ("kv", "state") for reads in (0, 3))
+    assert policy.merge_bytes >= 0
+    trace = kvoffload.agent_trace([agent_trajectories.generate(agent_trajectories.GeneratorParams(calls_mean=15,
+                                                                                                calls_sd=0), s)
+                                   for s in range(4)])
+    profile = kvoffload.load_data()[0]["qwen3-next-80b-a3b"]
+    room = kvoffload.Tiers(hbm_bytes=2e9, dram_bytes=4e9)
+    r, base = kvoffload.replay(trace, profile, policy, room), kvoffload.replay(trace, profile, WriteAll(), room)
+    assert r.ssd_bytes_written == r.ssd_bytes_admitted == sum(size * n for size, n in r.write_sizes.items())
+    assert r.token_hit_rate <= base.token_hit_rate and r.ssd_bytes_written <= base.ssd_bytes_written

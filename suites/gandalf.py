@@ -1,0 +1,150 @@
+"""Gandalf's layer-type gating vs write-all offload and other admission rules (PAPERS.md B3), replayed
+through the tiered prefix-cache simulator (claimbench/kvoffload.py) on the Mooncake conversation trace
+and generated multi-turn agent sessions (no Claude Code trace is available offline; the agent sessions
+stand in for it), per model profile (datasets/kv_offload.toml) and policy: SSD bytes written, hit
+rate by tokens and by requests, recomputed tokens, the TTFT estimate, write amplification and lifetime
+on a 990 PRO class drive. The claims compare layer-type gating with write-all on the Qwen3-Next profile,
+gated on the hit rate staying within 1 point; the lifetime ratio is split into the bytes' and the
+write amplification's factors. Deterministic replays: the values carry no sampling interval.
+CLAIMBENCH_QUICK=1: the first 3,000 Mooncake requests and 10 agent sessions, through tiers an eighth
+the size (8 GiB HBM, 64 GiB DRAM), so that the smaller traces still spill to SSD.
+"""
+import os
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench import kvoffload, metrics
+from claimbench.baselines.kv_offload import AdmitAfterReads, SizeGated, WriteAll
+from claimbench.datasets import agent_trajectories, traces
+from claimbench.impl.gandalf import LayerTypeGating, LayerTypeGatingMerged
+
+from . import common
+
+QUICK = common.QUICK
+INPUTS = ("mooncake-conversation",)  # the agent sessions are generated
+TRACES = ["mooncake-conversation", "generated-agent"]
+PROFILES = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "minimax-m1", "llama-3.1-8b", "qwen3-8b"]
+POLICIES = {"write-all": WriteAll, "admit-after-reads": AdmitAfterReads, "size-gated": SizeGated,
+            "layer-type-gating": LayerTypeGating, "layer-type-gating-merged": LayerTypeGatingMerged}
+CLAIM_PROFILE, DRIVE = "qwen3-next-80b-a3b", "990-pro-2tb"
+SESSIONS = 10 if QUICK else 50
+TIERS = kvoffload.Tiers(hbm_bytes=8 * 2 ** 30, dram_bytes=64 * 2 ** 30) if QUICK else kvoffload.Tiers()
+
+
+@lru_cache(maxsize=None)
+def trace(name: str) -> list[kvoffload.Request]:
+    if name == "mooncake-conversation":
+        return kvoffload.read_trace(traces.requests(name, limit=3000 if QUICK else None))
+    return kvoffload.agent_trace([agent_trajectories.generate(agent_trajectories.GeneratorParams(), seed)
+                                  for seed in range(SESSIONS)])
+
+
+def replay_one(key: tuple[str, str, str, str]) -> kvoffload.Replay:
+    name, profile, policy, checkpoint = key
+    return kvoffload.replay(trace(name), kvoffload.load_data()[0][profile], POLICIES[policy](), TIERS, checkpoint)
+
+
+def replays(keys=None) -> dict:
+    """(trace, profile, policy, checkpoint spacing) -> Replay, for these keys (default: every trace,
+    profile and policy with a state checkpoint at every block; pure-attention profiles included, where
+    layer-type gating has nothing to gate and equals write-all), one process per core."""
+    keys = keys or [(t, profile, policy, "block") for t in TRACES for profile in PROFILES for policy in POLICIES]
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(keys, pool.map(replay_one, keys)))
+
+
+class Replay(common.ComputedOnce):
+    params = (TRACES, PROFILES, list(POLICIES))
+    param_names = ["trace", "profile", "policy"]
+    timeout = 1800
+
+    def setup_cache(self):
+        return {key[:3]: value for key, value in replays().items()}
+
+    def track_ssd_tb_written(self, r, trace, profile, policy):
+        return r[trace, profile, policy].ssd_bytes_written / 1e12
+    track_ssd_tb_written.unit = metrics.TERABYTES_WRITTEN.unit
+
+    def track_token_hit_rate(self, r, trace, profile, policy):
+        return r[trace, profile, policy].token_hit_rate
+    track_token_hit_rate.unit = metrics.HIT_RATE.unit
+
+    def track_request_hit_rate(self, r, trace, profile, policy):
+        return r[trace, profile, policy].request_hit_rate
+    track_request_hit_rate.unit = metrics.HIT_RATE.unit
+
+    def track_recompute_tokens(self, r, trace, profile, policy):
+        return r[trace, profile, policy].recompute_tokens
+    track_recompute_tokens.unit = metrics.RECOMPUTED_TOKENS.unit
+
+    def track_mean_ttft_s(self, r, trace, profile, policy):
+        replay = r[trace, profile, policy]
+        return replay.ttft_s / replay.requests
+    track_mean_ttft_s.unit = metrics.SECONDS.unit
+
+    def track_write_amplification(self, r, trace, profile, policy):
+        return r[trace, profile, policy].write_amplification(kvoffload.load_data()[1][DRIVE])
+    track_write_amplification.unit = metrics.WRITE_AMPLIFICATION.unit
+
+    def track_lifetime_years(self, r, trace, profile, policy):
+        return r[trace, profile, policy].lifetime_years(kvoffload.load_data()[1][DRIVE])
+    track_lifetime_years.unit = metrics.YEARS.unit
+
+
+def claim(r: dict, trace: str, policy: str, checkpoint: str) -> dict:
+    """The policy vs write-all on one trace with the claim's profile and a checkpoint spacing."""
+    drive = kvoffload.load_data()[1][DRIVE]
+    base, gated = r[trace, CLAIM_PROFILE, "write-all", checkpoint], r[trace, CLAIM_PROFILE, policy, checkpoint]
+    if not base.ssd_bytes_written:
+        raise ValueError(f"{trace}: write-all wrote nothing to SSD (the cache tiers hold the whole trace)")
+    bytes_ratio = base.ssd_bytes_written / max(gated.ssd_bytes_written, 1)
+    wa_ratio = base.write_amplification(drive) / gated.write_amplification(drive)
+    return {"write_change": 100 * (gated.ssd_bytes_written / base.ssd_bytes_written - 1),
+            "hit_change": 100 * (gated.token_hit_rate - base.token_hit_rate),
+            "lifetime_ratio": bytes_ratio * wa_ratio, "from_bytes": bytes_ratio, "from_wa": wa_ratio}
+
+
+class Claim(common.ComputedOnce):
+    """Layer-type gating (and its merged-write variant) vs write-all on the Qwen3-Next profile, per trace
+    and state checkpoint spacing (at every block, or only where a request's prompt ends: the state's
+    share of the bytes depends on it). The write claim is the coding-agent trace's: its rows are the
+    generated agent sessions'."""
+    params = (TRACES, ["layer-type-gating", "layer-type-gating-merged"], list(kvoffload.CHECKPOINTS))
+    param_names = ["trace", "policy", "checkpoint"]
+    timeout = 1800
+
+    def setup_cache(self):
+        combos = [(t, p, c) for t in TRACES for p in self.params[1] for c in self.params[2]]
+        r = replays(sorted({(t, CLAIM_PROFILE, p, c) for t, policy, c in combos for p in ("write-all", policy)}))
+        return {combo: claim(r, *combo) for combo in combos}
+
+    def track_ssd_write_change_agent(self, r, trace, policy, checkpoint):
+        if trace != "generated-agent":
+            raise SkipNotImplemented("the write claim is on an agent trace: the generated sessions' row")
+        return r[trace, policy, checkpoint]["write_change"]
+    track_ssd_write_change_agent.unit = metrics.PERCENT_CHANGE.unit
+
+    def track_ssd_write_change(self, r, trace, policy, checkpoint):
+        return r[trace, policy, checkpoint]["write_change"]
+    track_ssd_write_change.unit = metrics.PERCENT_CHANGE.unit
+
+    def track_hit_rate_change_points(self, r, trace, policy, checkpoint):
+        """The gate: token hit rate minus write-all's, in points (within 1 point: 'nearly equal')."""
+        return r[trace, policy, checkpoint]["hit_change"]
+    track_hit_rate_change_points.unit = metrics.POINTS.unit
+
+    def track_lifetime_ratio(self, r, trace, policy, checkpoint):
+        return r[trace, policy, checkpoint]["lifetime_ratio"]
+    track_lifetime_ratio.unit = metrics.LIFETIME_RATIO.unit
+
+    def track_lifetime_ratio_from_bytes(self, r, trace, policy, checkpoint):
+        """The share of the lifetime ratio that fewer bytes give (times the next one: the whole ratio)."""
+        return r[trace, policy, checkpoint]["from_bytes"]
+    track_lifetime_ratio_from_bytes.unit = metrics.LIFETIME_RATIO.unit
+
+    def track_lifetime_ratio_from_write_amplification(self, r, trace, policy, checkpoint):
+        """The share that lower write amplification gives (larger, sequential writes)."""
+        return r[trace, policy, checkpoint]["from_wa"]
+    track_lifetime_ratio_from_write_amplification.unit = metrics.LIFETIME_RATIO.unit

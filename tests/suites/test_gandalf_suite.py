@@ -1,0 +1,27 @@
+"""The Gandalf suite's claim arithmetic (the suite module itself, as asv imports it)."""
+import pytest
+
+from claimbench import kvoffload
+from claimbench.suites import gandalf as suite
+
+
+def replay(written, hit, sizes):
+    return kvoffload.Replay(requests=10, input_tokens=1000, hit_tokens=hit, ssd_bytes_written=written,
+                            write_sizes=sizes, duration_s=3600.0)
+
+
+def test_the_lifetime_ratio_is_the_bytes_share_times_the_write_amplification_share():
+    state, kv = 40_000_000, 12_000_000
+    r = {("t", suite.CLAIM_PROFILE, "write-all", "block"): replay(2 * kv + 2 * state, 500, {kv: 2, state: 2}),
+         ("t", suite.CLAIM_PROFILE, "layer-type-gating", "block"): replay(2 * kv, 490, {kv: 2})}
+    c = suite.claim(r, "t", "layer-type-gating", "block")
+    assert c["write_change"] == pytest.approx(100 * (2 * kv / (2 * kv + 2 * state) - 1))
+    assert c["hit_change"] == pytest.approx(-1.0)
+    assert c["lifetime_ratio"] == pytest.approx(c["from_bytes"] * c["from_wa"])
+    assert c["from_wa"] < 1  # smaller objects than the states amplify more: visible, not assumed away
+
+
+def test_a_cache_that_never_spills_is_a_clear_error():
+    r = {("t", suite.CLAIM_PROFILE, p, "block"): replay(0, 500, {}) for p in ("write-all", "layer-type-gating")}
+    with pytest.raises(ValueError, match="wrote nothing"):
+        suite.claim(r, "t", "layer-type-gating", "block")
