@@ -13,7 +13,6 @@ CRC32 per chunk; a read whose bytes do not match its checksum raises, never retu
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import threading
 import time

@@ -19,6 +19,7 @@ from __future__ import annotations
 import tomllib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from claimbench.interfaces import KVOffloadPolicy
@@ -71,7 +72,9 @@ class Drive:
         return 1 + (random - 1) * max(0.0, 1 - write_bytes / self.erase_unit_bytes)
 
 
+@lru_cache(maxsize=4)
 def load_data(path: Path = PROFILES) -> tuple[dict[str, ModelProfile], dict[str, Drive]]:
+    """(profiles, drives) by name, read once per process."""
     data = tomllib.loads(Path(path).read_text())
     return ({m["name"]: ModelProfile(**m) for m in data["model"]}, {d["name"]: Drive(**d) for d in data["drive"]})
 

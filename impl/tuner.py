@@ -14,7 +14,6 @@ thresholds and the held-out checks are ours.
 """
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import multiprocessing
