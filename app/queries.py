@@ -129,13 +129,15 @@ def _board_methods(spec: R.Board, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def _gate(spec: R.Board, df: pd.DataFrame, method: str, row) -> str:
-    """passed / failed / none: the method's gate on the same machine (and group, if the gate has it)."""
+    """passed / failed / none: the method's gate on the same machine, at every parameter the gate's rows
+    share with the row (a gate without that parameter applies to every value of it)."""
     rule = spec.gated.get(method) or spec.gated.get("*")
     if rule is None:
         return "none"
     g = df[(df["benchmark"] == rule.benchmark) & (df["machine"] == row["machine"])]
-    if spec.group in g and (g[spec.group] != "").any():
-        g = g[g[spec.group] == row[spec.group]]
+    for key, value in json.loads(row["params"]).items():
+        if key in g and (g[key] != "").any():
+            g = g[g[key] == str(value)]
     values = g["value"].dropna()
     return "passed" if len(values) and all(rule.passes(v) for v in values) else "failed"
 

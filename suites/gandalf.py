@@ -79,6 +79,11 @@ class Replay(common.ComputedOnce):
         return r[trace, profile, policy].recompute_tokens
     track_recompute_tokens.unit = metrics.RECOMPUTED_TOKENS.unit
 
+    def track_hit_rate_change_points(self, r, trace, profile, policy):
+        """Token hit rate minus write-all's on the same trace and profile, in points: the boards' gate."""
+        return 100 * (r[trace, profile, policy].token_hit_rate - r[trace, profile, "write-all"].token_hit_rate)
+    track_hit_rate_change_points.unit = metrics.POINTS.unit
+
     def track_mean_ttft_s(self, r, trace, profile, policy):
         replay = r[trace, profile, policy]
         return replay.ttft_s / replay.requests
