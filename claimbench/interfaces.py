@@ -10,6 +10,7 @@ fields of the implementations.
 - ContextPolicy: what an agent's prompt holds before each model call (billed by agentcost).
 - EngineBackend: route -> engine -> run, for the accuracy-gated engine tuner.
 - KVOffloadPolicy: what a tiered prefix cache writes to SSD (trace replay, claimbench.kvoffload).
+- HeadDimCompression: narrower keys in the model's attention and cache (RACE and its baselines).
 """
 from __future__ import annotations
 
@@ -259,3 +260,32 @@ class KVOffloadPolicy(ABC):
 
     @abstractmethod
     def admit(self, kind: str, size: int, reads: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class KeyShape:
+    """Numbers per head in a compressed attention's query and key projections, in its q.k scores,
+    in the cache per key, and the rank each cached key is rebuilt from at every decode step (0: none)."""
+    query_projection: int
+    key_projection: int
+    score: int
+    cached: int
+    reconstruct_rank: int = 0
+
+
+class HeadDimCompression(ABC):
+    """Narrower keys on the LLM substrate (claimbench/llm/headdim.py): `fit(model, statistics)` once
+    from calibration statistics, then under `with method.apply(model):` the model prefills, decodes
+    and caches compressed. `retention`: the share of each key's numbers the cache keeps."""
+    name = "compression"
+    retention: float
+
+    @abstractmethod
+    def fit(self, model, statistics) -> None: ...
+
+    @abstractmethod
+    def apply(self, model):
+        """A context manager."""
+
+    @abstractmethod
+    def key_shape(self, config) -> KeyShape: ...

@@ -55,6 +55,10 @@ RECOMPUTED_TOKENS = Metric("tokens recomputed", "lower", "cached tokens prefille
 WRITE_AMPLIFICATION = Metric("write amplification", "lower", "NAND bytes written / host bytes written (modelled)")
 YEARS = Metric("years", "higher", "expected drive lifetime: rated TBW / (yearly host writes x write amplification)")
 LIFETIME_RATIO = Metric("x lifetime", "higher", "expected lifetime under the method / under the baseline")
+FLOPS = Metric("FLOPs", "lower", "floating-point operations (analytic, 2 per multiply-add)")
+BYTES_PER_TOKEN = Metric("bytes/token", "lower", "KV-cache bytes per token, all layers, at 2 bytes per number")
+KL_DIVERGENCE = Metric("nats", "lower", "KL divergence from the reference model's next-token distribution")
+SHARE_OF_TOLERANCE = Metric("share of tolerance", "lower", "the larger quality loss over its tolerance (1 = at the limit)")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
@@ -63,7 +67,7 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE,
                                 COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE,
                                 TERABYTES_WRITTEN, HIT_RATE, RECOMPUTED_TOKENS, WRITE_AMPLIFICATION, YEARS,
-                                LIFETIME_RATIO)}
+                                LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

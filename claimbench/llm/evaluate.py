@@ -107,3 +107,40 @@ def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], 
                 out = decode(model, base.clone(), method, new_tokens, eos, token=ids[-1])
                 scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
     return scores
+
+
+@torch.inference_mode()
+def segment_nll(model: Llama, ids: Sequence[int], prefix: int, scored: int, segments: int) -> list[float]:
+    """Mean NLL of each of `segments` consecutive spans of ids: prefill `prefix` tokens into a cache,
+    then score the next `scored` tokens as one chunk that continues it (the same numbers as decoding
+    them one at a time teacher-forced, in one forward); whatever the model runs under acts on both."""
+    span = prefix + scored + 1
+    if len(ids) < segments * span:
+        raise ValueError(f"{segments} segments of {prefix} + {scored} tokens need {segments * span} tokens; "
+                         f"got {len(ids)}")
+    out = []
+    for s in range(segments):
+        chunk = torch.tensor([list(ids[s * span:(s + 1) * span])])
+        cache = model.new_cache(capacity=span)
+        model(chunk[:, :prefix], cache, last_only=True)
+        logits = model(chunk[:, prefix:prefix + scored], cache)[0].float()
+        out.append(torch.nn.functional.cross_entropy(logits, chunk[0, prefix + 1:]).item())
+    return out
+
+
+def applied_task_accuracy(model: Llama, tokenizer, eos: int, variants: dict[str, Callable], tasks: dict[str, int],
+                          length: int, new_tokens: int = 16) -> dict[tuple[str, str], list[float]]:
+    """Like task_accuracy, for methods that change the model itself (variants: name -> a function
+    returning a context manager under which the model prefills and decodes): every sample is
+    prefilled and decoded under each variant in turn."""
+    count = token_counter(tokenizer)
+    samples = [(task, longcontext.make(task, length, count, seed)) for task, n in tasks.items() for seed in range(n)]
+    encoded = [(task, sample, tokenizer.encode(sample.prompt()).ids) for task, sample in samples]
+    scores = {(name, task): [] for name in variants for task in tasks}
+    for name, variant in variants.items():
+        with variant():
+            for task, sample, ids in encoded:
+                cache, _ = prefill(model, ids[:-1], room=new_tokens + 24)
+                out = decode(model, cache, None, new_tokens, eos, token=ids[-1])
+                scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
+    return scores

@@ -9,7 +9,9 @@ but decode attention chains in the order entered):
 - `model.select_tokens(s)`: prefill rows kept after each layer (GemFilter, FastKV, TokenGate);
 - `model.swap_modules({name: module}, trainable=...)`: quantized, sparse or trainable modules;
 - `model.capture_qk()`: q and k after RoPE per layer, for calibration;
-- `model.slice_qk({layer: pairs})`: a per-layer q/k width (RACE's sliced projections);
+- `model.attention_kernel("plain")`: attention in plain torch ops instead of fused SDPA (timing);
+- `model.slice_qk({layer: pairs})`: the rotary pairs q/k keep per layer and KV head (RACE's sliced
+  projections; an attention module of one's own goes in with `swap_modules`);
 - `cache.keep(idx)` / `cache.drop(idx)` / `cache.truncate(position)`: edit the cache in place.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     max_seq_len: int = 8192
     tie_embeddings: bool = True
+    rope_layout: str = "rotate-half"  # pair j is dims (j, j + head_dim/2); the only layout implemented
 
     @property
     def head_dim(self) -> int:
@@ -44,6 +47,12 @@ class LlamaConfig:
     def smollm2_135m(cls) -> "LlamaConfig":
         return cls(vocab_size=49152, dim=576, n_layers=30, n_heads=9, n_kv_heads=3, ffn_dim=1536,
                    rope_theta=100_000.0, norm_eps=1e-5, max_seq_len=8192)
+
+    @classmethod
+    def llama32_3b(cls) -> "LlamaConfig":
+        """Llama-3.2-3B's published shapes (its config.json), for analytic FLOPs only: no weights here."""
+        return cls(vocab_size=128256, dim=3072, n_layers=28, n_heads=24, n_kv_heads=8, ffn_dim=8192,
+                   rope_theta=500_000.0, max_seq_len=131072)
 
     @classmethod
     def tiny(cls) -> "LlamaConfig":
@@ -177,6 +186,29 @@ def grouped_sdpa(q, k, v, **kw):
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
 
 
+def plain_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, positions: Tensor, key_positions: Tensor,
+                     block: int = 256) -> Tensor:
+    """Attention in plain torch ops, q/k as wide as v or narrower (torch's fused kernels need equal
+    widths): a query group shares its KV head without copying it, queries go in blocks of `block`,
+    and entry j is visible to query i when key_positions[j] <= positions[i] (keys are held in
+    position order, so each block reads only the keys up to its last position)."""
+    B, H, T, d = q.shape
+    n_kv, dv = k.shape[1], v.shape[-1]
+    group = H // n_kv
+    grouped = q.view(B, n_kv, group, T, d)
+    out = q.new_empty(B, n_kv, group, T, dv)
+    for start in range(0, T, block):
+        end = min(T, start + block)
+        visible = int(torch.searchsorted(key_positions, positions[end - 1], right=True))
+        rows = grouped[:, :, :, start:end].reshape(B, n_kv, group * (end - start), d)
+        scores = (rows @ k[:, :, :visible].transpose(-1, -2) * scale).view(B, n_kv, group, end - start, visible)
+        if end - start > 1:
+            scores = scores.masked_fill(key_positions[None, :visible] > positions[start:end, None], float("-inf"))
+        probs = scores.softmax(-1).view(B, n_kv, group * (end - start), visible)
+        out[:, :, :, start:end] = (probs @ v[:, :, :visible]).view(B, n_kv, group, end - start, dv)
+    return out.reshape(B, H, T, -1)
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig, layer: int):
         super().__init__()
@@ -187,6 +219,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.dim, config.n_kv_heads * hd, bias=False)
         self.wo = nn.Linear(config.n_heads * hd, config.dim, bias=False)
         self.rope_index: Tensor | None = None  # the rotary dims q/k keep, when `slice_qk` narrowed them
+        self.fused = True  # torch's fused SDPA where it applies (model.attention_kernel)
 
     @property
     def qk_dim(self) -> int:
@@ -199,24 +232,45 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, c.n_heads, self.qk_dim).transpose(1, 2)  # (B, H, T, qk_dim)
         k = self.wk(x).view(B, T, c.n_kv_heads, self.qk_dim).transpose(1, 2)  # (B, Hkv, T, qk_dim)
         v = self.wv(x).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
-        if self.rope_index is not None:
-            cos, sin = cos[:, self.rope_index], sin[:, self.rope_index]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.rope_index is not None:  # (Hkv, qk_dim): the rotary dims each KV head (and its query group) kept
+            cos_k, sin_k = cos[:, self.rope_index].transpose(0, 1), sin[:, self.rope_index].transpose(0, 1)
+            group = c.n_heads // c.n_kv_heads
+            q = apply_rope(q, cos_k.repeat_interleave(group, 0), sin_k.repeat_interleave(group, 0))
+            k = apply_rope(k, cos_k, sin_k)
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         for captured in hooks.captures:
             captured.append((self.layer, q.detach(), k.detach()))
+        return self.attend(q, k, v, cache, positions, hooks)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, cache: KVCache | None, positions: Tensor,
+               hooks: "Hooks", stored: Tensor | None = None) -> Tensor:
+        """Append k (or `stored`, what the cache keeps in its place) and v to the cache, attend and
+        project out; subclasses that change what is cached call this after their own projections."""
+        B, _, T, _ = q.shape
         past, key_positions = 0, positions
         if cache is not None:
             past = cache.lengths[self.layer]
-            k, v, key_positions = cache.append(self.layer, k, v, positions)
-        # scores keep the full head's 1/sqrt(head_dim) when q/k are sliced: they approximate its dot products
-        scale = {} if self.qk_dim == c.head_dim else {"scale": 1 / math.sqrt(c.head_dim)}
+            k_all, v, key_positions = cache.append(self.layer, k if stored is None else stored, v, positions)
+            k = k_all if stored is None else self.expand_keys(k_all, key_positions)
         if T == 1 and hooks.attention is not None:
             out = hooks.attention.attend(self.layer, q, k, v)
-        elif T == 1 or past == 0:  # new tokens come in position order, so causal is the right mask
-            out = grouped_sdpa(q, k, v, is_causal=bool(T > 1), **scale)
-        else:  # a chunk after cached entries: each token sees every entry at or before its position
-            out = grouped_sdpa(q, k, v, attn_mask=key_positions[None, :] <= positions[:, None], **scale)
+        elif not self.fused or (T == 1 and q.shape[-1] != v.shape[-1]):
+            # decode over narrower keys: the plain path reads the narrow cache as it is; scores keep the
+            # full head's 1/sqrt(head_dim), since they approximate its dot products
+            out = plain_attention(q, k, v, 1 / math.sqrt(self.config.head_dim), positions, key_positions)
+        else:
+            if q.shape[-1] != v.shape[-1]:  # torch's fused kernels need equal widths: zero-padded q/k, same scores
+                q, k = (F.pad(x, (0, v.shape[-1] - x.shape[-1])) for x in (q, k))
+            if T == 1 or past == 0:  # new tokens come in position order, so causal is the right mask
+                out = grouped_sdpa(q, k, v, is_causal=bool(T > 1))
+            else:  # a chunk after cached entries: each token sees every entry at or before its position
+                out = grouped_sdpa(q, k, v, attn_mask=key_positions[None, :] <= positions[:, None])
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+    def expand_keys(self, stored: Tensor, positions: Tensor) -> Tensor:
+        """Keys to attend with from what the cache stored (for a subclass that caches something else)."""
+        raise NotImplementedError(f"{type(self).__name__} caches keys as they are")
 
 
 class FeedForward(nn.Module):
@@ -255,6 +309,9 @@ class Hooks:
 class Llama(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
+        if config.rope_layout != "rotate-half":
+            raise ValueError(f"rope_layout {config.rope_layout!r}: only rotate-half (pair j is dims j and "
+                             "j + head_dim/2) is implemented; a GGUF's interleaved Q/K rows are unpermuted on load")
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
         self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
@@ -321,12 +378,13 @@ class Llama(nn.Module):
     @contextmanager
     def swap_modules(self, modules: dict[str, nn.Module], trainable: bool = False):
         """Replace submodules by name (e.g. 'layers.3.attention.wq'), restored on exit. The new
-        modules' parameters train (requires_grad) only with trainable=True. Swaps of the same
-        name nest: the inner one sees, and may wrap, the outer one's module."""
+        modules' parameters train (requires_grad) only with trainable=True; parameters a new module
+        shares with an old one get their flags back on exit. Swaps of the same name nest: the inner
+        one sees, and may wrap, the outer one's module."""
         missing = sorted(name for name in modules if not _has_submodule(self, name))
         if missing:
             raise KeyError(f"no such module(s): {', '.join(missing)}")
-        saved = {}
+        saved, flags = {}, {p: p.requires_grad for module in modules.values() for p in module.parameters()}
         for name, module in modules.items():
             parent, _, attr = name.rpartition(".")
             owner = self.get_submodule(parent)
@@ -339,34 +397,59 @@ class Llama(nn.Module):
             for name, module in reversed(saved.items()):
                 parent, _, attr = name.rpartition(".")
                 setattr(self.get_submodule(parent), attr, module)
+            for parameter, flag in flags.items():
+                parameter.requires_grad_(flag)
 
     @contextmanager
-    def slice_qk(self, pairs: dict[int, Tensor]):
-        """Per layer, keep only these rotary pairs of every q/k head (pair j is dims j and
-        j + head_dim/2): the layer's q/k width becomes 2 * len(pairs), attention scores keep the
-        full head's scale. Caches made inside hold keys at those widths."""
-        half = self.config.head_dim // 2
+    def attention_kernel(self, kernel: str):
+        """"fused": torch's SDPA kernels wherever they apply (the default; decode over narrower keys
+        always takes the plain path); "plain": every layer's attention in plain torch ops
+        (`plain_attention`), so that full and narrowed attention can be timed in the same code."""
+        if kernel not in ("fused", "plain"):
+            raise ValueError(f"attention kernel must be 'fused' or 'plain'; got {kernel!r}")
+        saved = [block.attention.fused for block in self.layers]
+        for block in self.layers:
+            block.attention.fused = kernel == "fused"
+        try:
+            yield self
+        finally:
+            for block, fused in zip(self.layers, saved):
+                block.attention.fused = fused
+
+    @contextmanager
+    def slice_qk(self, pairs: dict[int, Tensor], trainable: bool = False, weights: dict[str, Tensor] | None = None):
+        """Per layer, keep only these rotary pairs (pair j is dims j and j + head_dim/2): a list of r
+        pairs for every KV head, or an (n_kv_heads, r) tensor, one row per KV head (its query group
+        keeps the same). The layer's q/k width becomes 2r, attention scores keep the full head's
+        scale and caches made inside hold keys at that width. The sliced W_q/W_k rows are new
+        modules (trainable as swap_modules says), or the given `weights` by module name; yields
+        {module name: module}."""
+        c = self.config
+        half, group = c.head_dim // 2, c.n_heads // c.n_kv_heads
         swaps, blocks = {}, {}
         for layer, kept in pairs.items():
             kept = torch.as_tensor(kept, dtype=torch.long)
-            if len(kept) == 0 or kept.min() < 0 or kept.max() >= half or len(kept.unique()) != len(kept):
-                raise ValueError(f"slice_qk: layer {layer} needs distinct pairs in [0, {half}); got {kept.tolist()}")
-            attention = self.layers[layer].attention
-            dims = torch.cat([kept, kept + half])  # rotate-half layout: first halves, then second halves
-            for name, heads in (("wq", self.config.n_heads), ("wk", self.config.n_kv_heads)):
-                old = getattr(attention, name)
-                rows = (torch.arange(heads)[:, None] * self.config.head_dim + dims[None, :]).flatten()
-                new = nn.Linear(old.in_features, len(rows), bias=False, device=old.weight.device,
-                                dtype=old.weight.dtype)
-                new.weight.data.copy_(old.weight.data[rows])
-                swaps[f"layers.{layer}.attention.{name}"] = new
+            kept = kept.expand(c.n_kv_heads, -1) if kept.dim() == 1 else kept
+            if (kept.shape[0] != c.n_kv_heads or kept.shape[1] == 0 or kept.min() < 0 or kept.max() >= half
+                    or any(len(row.unique()) != len(row) for row in kept)):
+                raise ValueError(f"slice_qk: layer {layer} needs, per KV head ({c.n_kv_heads}), the same number of "
+                                 f"distinct pairs in [0, {half}); got {kept.tolist()}")
+            dims = torch.cat([kept, kept + half], dim=1)  # rotate-half layout: first halves, then second halves
+            heads = {"wq": torch.arange(c.n_heads) // group, "wk": torch.arange(c.n_kv_heads)}
+            for name, kv_of in heads.items():
+                old = getattr(self.layers[layer].attention, name)
+                rows = (torch.arange(len(kv_of))[:, None] * c.head_dim + dims[kv_of]).flatten()
+                key = f"layers.{layer}.attention.{name}"
+                new = nn.Linear(old.in_features, len(rows), bias=False, device=old.weight.device, dtype=old.weight.dtype)
+                new.weight.data.copy_(old.weight.data[rows] if weights is None else weights[key])
+                swaps[key] = new
             blocks[layer] = dims.to(self.inv_freq.device)
-        with self.swap_modules(swaps):
+        with self.swap_modules(swaps, trainable=trainable):
             saved = {layer: self.layers[layer].attention.rope_index for layer in blocks}
             for layer, dims in blocks.items():
                 self.layers[layer].attention.rope_index = dims
             try:
-                yield self
+                yield swaps
             finally:
                 for layer, dims in saved.items():
                     self.layers[layer].attention.rope_index = dims
