@@ -38,7 +38,8 @@ def make(cls, **kwargs):
 
 def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
-                      interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy):
+                      interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy,
+                      interfaces.HeadDimCompression):
         assert implementations(interface), interface
 
 
@@ -152,3 +153,36 @@ def test_kv_offload_policy_contract(cls):
     r, base = kvoffload.replay(trace, profile, policy, room), kvoffload.replay(trace, profile, WriteAll(), room)
     assert r.ssd_bytes_written == r.ssd_bytes_admitted == sum(size * n for size, n in r.write_sizes.items())
     assert r.token_hit_rate <= base.token_hit_rate and r.ssd_bytes_written <= base.ssd_bytes_written
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from claimbench.llm import headdim
+    from claimbench.llm.model import Llama, LlamaConfig
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig.tiny()).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    ids = torch.randint(0, 256, (400,), generator=torch.Generator().manual_seed(0)).tolist()
+    return model, headdim.calibrate(model, ids, window=200)
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.HeadDimCompression), ids=lambda c: c.__name__)
+def test_head_dim_compression_contract(cls, tiny_llama):
+    """Fitted on calibration statistics and applied: a cache at the declared key width, finite
+    logits, the model restored on exit; at full retention, exactly the full model."""
+    model, statistics = tiny_llama
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(1))
+    full = model(ids)
+    for retention in (0.5, 1.0):
+        method = make(cls, retention=retention)
+        method.fit(model, statistics)
+        shape = method.key_shape(model.config)
+        assert isinstance(shape, interfaces.KeyShape) and shape.cached <= model.config.head_dim
+        with method.apply(model):
+            cache = model.new_cache()
+            out = torch.cat([model(ids[:, :20], cache)] + [model(ids[:, t:t + 1], cache) for t in range(20, 24)], 1)
+        assert all(k.shape[-1] == shape.cached for k in cache.k) and torch.isfinite(out).all()
+        if method.retention == 1.0:
+            assert torch.allclose(out, full, atol=1e-4)
+    assert torch.equal(model(ids), full)

