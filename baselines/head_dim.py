@@ -180,7 +180,7 @@ class LowRankKeys(HeadDimCompression):
     def fit(self, model: Llama, statistics: PairStatistics) -> None:
         check_model(model)
         rank = self.key_shape(model.config).cached
-        eigenvalues, eigenvectors = torch.linalg.eigh(statistics.key_covariance.double())  # ascending
+        _, eigenvectors = torch.linalg.eigh(statistics.key_covariance.double())  # eigenvalues ascending
         self.bases = {layer: eigenvectors[layer, :, :, -rank:].float() for layer in range(model.config.n_layers)}
 
     def apply(self, model: Llama):

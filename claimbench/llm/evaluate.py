@@ -86,6 +86,15 @@ def windowed_perplexity(forward: Callable[[torch.Tensor], torch.Tensor], ids: to
     return math.exp(nll / count)
 
 
+def _samples(tokenizer, tasks: dict[str, int], length: int):
+    """(task, seed, sample, prompt ids) for seed < tasks[task], task by task."""
+    count = token_counter(tokenizer)
+    for task, n in tasks.items():
+        for seed in range(n):
+            sample = longcontext.make(task, length, count, seed)
+            yield task, seed, sample, tokenizer.encode(sample.prompt()).ids
+
+
 def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], dict], tasks: dict[str, int],
                   length: int, new_tokens: int = 16,
                   on_prefill: Callable[[str, int, KVCache, int], None] | None = None) -> dict[tuple[str, str], list[float]]:
@@ -93,19 +102,15 @@ def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], 
     seed < tasks[task]). One prefill of the prompt but its last token per sample is shared by the
     methods make_methods() returns (fresh ones per sample, each decoding on its own copy);
     on_prefill(task, seed, cache, last token) sees that prefill first."""
-    count = token_counter(tokenizer)
     names = list(make_methods())
     scores = {(name, task): [] for name in names for task in tasks}
-    for task, samples in tasks.items():
-        for seed in range(samples):
-            sample = longcontext.make(task, length, count, seed)
-            ids = tokenizer.encode(sample.prompt()).ids
-            base, _ = prefill(model, ids[:-1], room=new_tokens + 24)
-            if on_prefill is not None:
-                on_prefill(task, seed, base, ids[-1])
-            for name, method in make_methods().items():
-                out = decode(model, base.clone(), method, new_tokens, eos, token=ids[-1])
-                scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
+    for task, seed, sample, ids in _samples(tokenizer, tasks, length):
+        base, _ = prefill(model, ids[:-1], room=new_tokens + 24)
+        if on_prefill is not None:
+            on_prefill(task, seed, base, ids[-1])
+        for name, method in make_methods().items():
+            out = decode(model, base.clone(), method, new_tokens, eos, token=ids[-1])
+            scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
     return scores
 
 
@@ -133,13 +138,11 @@ def applied_task_accuracy(model: Llama, tokenizer, eos: int, variants: dict[str,
     """Like task_accuracy, for methods that change the model itself (variants: name -> a function
     returning a context manager under which the model prefills and decodes): every sample is
     prefilled and decoded under each variant in turn."""
-    count = token_counter(tokenizer)
-    samples = [(task, longcontext.make(task, length, count, seed)) for task, n in tasks.items() for seed in range(n)]
-    encoded = [(task, sample, tokenizer.encode(sample.prompt()).ids) for task, sample in samples]
+    encoded = list(_samples(tokenizer, tasks, length))
     scores = {(name, task): [] for name in variants for task in tasks}
     for name, variant in variants.items():
         with variant():
-            for task, sample, ids in encoded:
+            for task, _, sample, ids in encoded:
                 cache, _ = prefill(model, ids[:-1], room=new_tokens + 24)
                 out = decode(model, cache, None, new_tokens, eos, token=ids[-1])
                 scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
