@@ -136,7 +136,9 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo
     shipped = tiny_repo / "reports" / "results"  # reference results: ingested before the suites run
     asvfiles.write_run(shipped, "ref-box", "a" * 40, 1_700_000_000_000, {"slow.Slow.track_value": ([], [], [2.0], "x")})
     script = textwrap.dedent(f"""
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a test run started in the
+        # background inherits SIGINT ignored, and so would the run and asv, which then never see the Ctrl-C
         from claimbench import progressive, registry
         reg = registry.load({str(tiny_repo / 'papers.toml')!r})
         sys.exit(progressive.serve_and_run(reg, machine="tinybox", root=__import__("pathlib").Path({str(tiny_repo)!r}),
