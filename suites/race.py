@@ -9,12 +9,14 @@ at 8K for the full model and RACE with and without recovery. KV bytes per token 
 analytic, from the shapes: per decode token at 8K and 256K for SmolLM2 and for Llama-3.2-3B's
 published config, and per request (prefill + 1,024 decoded tokens). Measured time, interleaved
 in one process: prefill (TTFT) and decode time per token at 2K/4K/8K for the full model, RACE and
-low-rank keys, each with torch's fused SDPA where it applies and, at 8K, to separate the method
-from the kernel, with every attention in the same plain torch code. The recovery step (KL
+low-rank keys, each with torch's fused SDPA where it applies and, for decode at 8K, to separate
+the method from the kernel, with every attention in the same plain torch code. The recovery step (KL
 distillation of the kept W_q/W_k rows) runs at 50% for RACE and the 2-norm rule, reported as
 methods of their own. The claim rows are training-free RACE's (the digest's sum rule) at 50%,
 gated on held-out perplexity within +10% of the full model's and completion accuracy at 8K
-within 5 points.
+within 5 points. Two classes read the one setup_cache (asv keys it by the function's module and
+line): Compression over every (retention, method), Timing over the timed methods at 50% only,
+since asv starts one process per benchmark and parameter combination.
 CLAIMBENCH_QUICK=1: 50% only, one random seed, fewer spans, the needle task at 1K for the full model
 and RACE with and without recovery, timing at 512 and 1K.
 """
@@ -58,6 +60,7 @@ TIMED = ["full", "race", "low-rank"]  # prefill time of low-rank keys is the ful
 ROUNDS, DECODE_STEPS = (6, 4) if QUICK else (6, 32)
 CLAIM_CONTEXT = list(TIMING_CONTEXTS)[-1]
 CLAIM_KERNEL = {"decode": "plain", "prefill": "fused"}  # the faster attention code for the full model per phase
+PHASES = {"fused": ("prefill", "decode"), "plain": ("decode",)}  # timed per attention kernel
 PERPLEXITY_TOLERANCE, ACCURACY_TOLERANCE = 10.0, 5.0  # % perplexity increase, points of accuracy lost
 FLOPS_CONFIGS = {"smollm2": LlamaConfig.smollm2_135m(), "llama-3.2-3b": LlamaConfig.llama32_3b()}
 REQUEST_NEW_TOKENS = 1024
@@ -124,7 +127,7 @@ def timing(model, fitted: dict) -> dict:
                     for variant in variants.values():
                         kernel_set.enter_context(variant.attention_kernel(kernel))
                     times = measure.interleaved({name: _prefill_call(m, ids) for name, m in variants.items()
-                                                 if name != "low-rank"}, rounds=ROUNDS)
+                                                 if name != "low-rank"}, rounds=ROUNDS) if "prefill" in PHASES[kernel] else {}
                     steps = measure.interleaved({name: _decode_call(m, ids) for name, m in variants.items()},
                                                 rounds=ROUNDS)
                 for name in variants:
@@ -135,7 +138,8 @@ def timing(model, fitted: dict) -> dict:
 
 def kernels(context: str) -> tuple[str, ...]:
     """Torch's fused SDPA at every timed context; every attention in plain torch (the same code for
-    full and narrowed keys) at the claim's context."""
+    full and narrowed keys) at the claim's context, for decode only (a plain-attention prefill at 8K
+    took about 20 of the suite's minutes and decides no claim): PHASES."""
     return ("fused", "plain") if context == CLAIM_CONTEXT else ("fused",)
 
 
@@ -180,11 +184,9 @@ def flops(fitted: dict) -> dict:
     return out
 
 
-class Compression(common.ComputedOnce):
-    """Every method at every retention; the claim rows sit on (retention=50, method=race)."""
-    params = (RETENTIONS, METHODS)
-    param_names = ["retention", "method"]
-    timeout = 3 * 3600  # full mode: about 75 minutes on 2 cores (a third of it the 8K plain-attention prefills)
+class _Measured(common.ComputedOnce):
+    """The one setup_cache of Compression and Timing, and the lookups both use."""
+    timeout = 3 * 3600  # full mode: about 50 minutes on 2 cores
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
@@ -207,6 +209,17 @@ class Compression(common.ComputedOnce):
         if key not in table:
             raise SkipNotImplemented(why)
         return table[key]
+
+    def _claim(self, retention, method):
+        if (retention, method) != (CLAIM_RETENTION, "race"):
+            raise SkipNotImplemented("claim rows are RACE's at 50%")
+
+
+class Compression(_Measured):
+    """Quality, analytic FLOPs and KV bytes of every method at every retention; the claim rows sit on
+    (retention=50, method=race)."""
+    params = (RETENTIONS, METHODS)
+    param_names = ["retention", "method"]
 
     def _spans(self, r, retention, method) -> list[float]:
         return self._get(r["nll"], (retention, method), "the recovered methods run at 50% only")
@@ -268,22 +281,7 @@ class Compression(common.ComputedOnce):
                          "only the recovered methods (at 50%) have a recovery step")["kl_after"]
     track_recovery_kl_after.unit = metrics.KL_DIVERGENCE.unit
 
-    def _times(self, r, context, kernel, retention, method, phase) -> list[float]:
-        times = r["timing"].get((context, kernel, method), {}).get(phase) if retention == CLAIM_RETENTION else None
-        if times is None:
-            raise SkipNotImplemented(f"timed at 50%: {', '.join(TIMED)} (prefill: not low-rank, whose prefill is the full model's)")
-        return times
-
-    def speedup(self, r, context, kernel, retention, method, phase) -> intervals.Estimate:
-        """Full model time / method time per interleaved round (the same kernel setting for both)."""
-        return intervals.ratio_of_rounds(self._times(r, context, kernel, retention, "full", phase),
-                                         self._times(r, context, kernel, retention, method, phase))
-
-    # the claim rows (retention=50, method=race) and their gate
-
-    def _claim(self, retention, method):
-        if (retention, method) != (CLAIM_RETENTION, "race"):
-            raise SkipNotImplemented("claim rows are RACE's at 50%")
+    # the claim row and the gate every claim of the paper reads
 
     def track_request_flops_change_256k_llama3b(self, r, retention, method):
         """Analytic FLOPs of a request (prefill 256K + 1,024 decoded tokens) vs the full model, in %,
@@ -301,23 +299,6 @@ class Compression(common.ComputedOnce):
         return 100 * (self._flops(r, retention, method)[config, kind, context]
                       / self._flops(r, retention, "full")[config, kind, context] - 1)
 
-    @evidence.estimate
-    def track_decode_speedup(self, r, retention, method):
-        """Decode time per token, full / method, at the longest timed context (8K; 1K in quick mode),
-        both in plain grouped attention: the code RACE's narrow keys are read with, and at 8K faster
-        than torch's fused SDPA for the full model too (that ratio: track_decode_speedup_8k)."""
-        self._claim(retention, method)
-        return self.speedup(r, CLAIM_CONTEXT, CLAIM_KERNEL["decode"], retention, method, "decode")
-    track_decode_speedup.unit = metrics.SPEEDUP.unit
-
-    @evidence.estimate
-    def track_ttft_speedup(self, r, retention, method):
-        """Prefill time (TTFT) of the context, full / method, both in torch's fused SDPA (RACE's q/k
-        zero-padded to v's width; in plain attention: track_prefill_speedup_8k_plain)."""
-        self._claim(retention, method)
-        return self.speedup(r, CLAIM_CONTEXT, CLAIM_KERNEL["prefill"], retention, method, "prefill")
-    track_ttft_speedup.unit = metrics.SPEEDUP.unit
-
     def track_quality_loss_vs_tolerance(self, r, retention, method):
         """The gate: the larger of the perplexity increase over 10% and the completion-accuracy loss
         at the longest accuracy context over 5 points (at most 1 passes: both within tolerance)."""
@@ -328,11 +309,48 @@ class Compression(common.ComputedOnce):
     track_quality_loss_vs_tolerance.unit = metrics.SHARE_OF_TOLERANCE.unit
 
 
-def _estimate_track(name: str, doc: str, estimate):
-    """A track_<name> of Compression recording its interval (named before evidence.estimate reads the name)."""
+
+class Timing(_Measured):
+    """Interleaved prefill and decode time of the timed methods at the claim's retention; the claim
+    rows sit on (retention=50, method=race), the gate on Compression's row there."""
+    params = ([CLAIM_RETENTION], TIMED)
+    param_names = ["retention", "method"]
+
+    def _times(self, r, context, kernel, retention, method, phase) -> list[float]:
+        times = r["timing"].get((context, kernel, method), {}).get(phase)
+        if times is None:
+            raise SkipNotImplemented("prefill is timed in fused SDPA only, and not for low-rank keys (whose prefill is "
+                                     "the full model's)")
+        return times
+
+    def speedup(self, r, context, kernel, retention, method, phase) -> intervals.Estimate:
+        """Full model time / method time per interleaved round (the same kernel setting for both)."""
+        return intervals.ratio_of_rounds(self._times(r, context, kernel, retention, "full", phase),
+                                         self._times(r, context, kernel, retention, method, phase))
+
+    @evidence.estimate
+    def track_decode_speedup(self, r, retention, method):
+        """Decode time per token, full / method, at the longest timed context (8K; 1K in quick mode),
+        both in plain grouped attention: the code RACE's narrow keys are read with, and at 8K faster
+        than torch's fused SDPA for the full model too (that ratio: track_decode_speedup_fused)."""
+        self._claim(retention, method)
+        return self.speedup(r, CLAIM_CONTEXT, CLAIM_KERNEL["decode"], retention, method, "decode")
+    track_decode_speedup.unit = metrics.SPEEDUP.unit
+
+    @evidence.estimate
+    def track_ttft_speedup(self, r, retention, method):
+        """Prefill time (TTFT) of the context, full / method, both in torch's fused SDPA (RACE's q/k
+        zero-padded to v's width: the scores cost what the full model's do)."""
+        self._claim(retention, method)
+        return self.speedup(r, CLAIM_CONTEXT, CLAIM_KERNEL["prefill"], retention, method, "prefill")
+    track_ttft_speedup.unit = metrics.SPEEDUP.unit
+
+
+def _estimate_track(cls, name: str, doc: str, estimate):
+    """A track_<name> of cls recording its interval (named before evidence.estimate reads the name)."""
     def track(self, r, retention, method):
         return estimate(self, r, retention, method)
-    track.__name__, track.__qualname__, track.__doc__ = f"track_{name}", f"Compression.track_{name}", doc
+    track.__name__, track.__qualname__, track.__doc__ = f"track_{name}", f"{cls.__name__}.track_{name}", doc
     return evidence.estimate(track)
 
 
@@ -340,32 +358,32 @@ def _add_families() -> None:
     """Completion accuracy and its change, and time and speedup per phase: one track per context
     below the longest (named by it, e.g. track_prefill_s_2k), and for the longest one, the claims'
     context, tracks named by role (track_prefill_s, track_decode_s_per_token_plain,
-    track_ttft_speedup_plain, ...), so that papers.toml names the same benchmarks in quick and full mode."""
-    def add(name, doc, unit, estimate):
-        common.add_tracks(Compression, {name: _estimate_track(name, doc, estimate)}, unit)
+    track_decode_speedup_fused, ...), so that papers.toml names the same benchmarks in quick and full mode."""
+    def add(cls, name, doc, unit, estimate):
+        common.add_tracks(cls, {name: _estimate_track(cls, name, doc, estimate)}, unit)
 
     longest = list(ACCURACY_CONTEXTS)[-1]
     for context in ACCURACY_CONTEXTS:
         suffix = "" if context == longest else f"_{context}"
-        add(f"completion_accuracy{suffix}", f"The completion-style needle task at {context}, Wilson interval.",
+        add(Compression, f"completion_accuracy{suffix}", f"The completion-style needle task at {context}, Wilson interval.",
             metrics.ACCURACY.unit, lambda self, r, retention, method, c=context: intervals.rate(self._scores(r, c, retention, method)))
         if context != longest:  # the longest context's change: track_accuracy_change_points, written out
-            add(f"accuracy_change_points{suffix}", f"Completion accuracy at {context} minus the full model's, paired.",
+            add(Compression, f"accuracy_change_points{suffix}", f"Completion accuracy at {context} minus the full model's, paired.",
                 metrics.POINTS.unit, lambda self, r, retention, method, c=context: self.accuracy_change(r, c, retention, method))
     for context in TIMING_CONTEXTS:
         for kernel in kernels(context):
-            for phase in ("prefill", "decode"):
+            for phase in PHASES[kernel]:
                 at = "" if context == CLAIM_CONTEXT else f"_{context}"
                 plain = "_plain" if kernel == "plain" else ""
                 time_name = f"{phase}_{'s_per_token' if phase == 'decode' else 's'}{at}{plain}"
-                add(time_name, f"{phase} time at {context}, {kernel} attention: median of interleaved rounds.",
+                add(Timing, time_name, f"{phase} time at {context}, {kernel} attention: median of interleaved rounds.",
                     metrics.SECONDS.unit, lambda self, r, retention, method, c=context, k=kernel, p=phase:
                         intervals.median_of(self._times(r, c, k, retention, method, p)))
                 if context == CLAIM_CONTEXT and kernel == CLAIM_KERNEL[phase]:
                     continue  # the claim rows: track_decode_speedup, track_ttft_speedup
                 speedup_name = f"{'decode' if phase == 'decode' else 'ttft'}_speedup_{kernel}" if not at \
                     else f"{phase}_speedup{at}"
-                add(speedup_name,
+                add(Timing, speedup_name,
                     f"Full model / method {phase} time at {context}, {kernel} attention for both.",
                     metrics.SPEEDUP.unit, lambda self, r, retention, method, c=context, k=kernel, p=phase:
                         self.speedup(r, c, k, retention, method, p))

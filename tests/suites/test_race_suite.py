@@ -2,10 +2,12 @@
 pinned corpus and the needle task tokenize as in the suite), every knob shrunk: each track either
 returns a number or says why it has none."""
 import importlib.util
+import itertools
 import math
 
 import pytest
 import torch
+from asv_runner.benchmarks._base import get_setup_cache_key
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench.llm.model import Llama, LlamaConfig
@@ -39,14 +41,22 @@ def result():
         patch.undo()
 
 
+def test_compression_and_timing_share_one_setup_cache():
+    """asv runs a setup_cache once per key (the function's module and line): one measurement for both."""
+    assert get_setup_cache_key(suite.Compression.setup_cache) == get_setup_cache_key(suite.Timing.setup_cache)
+    assert suite.Compression.param_names == suite.Timing.param_names
+    assert not {name for name in dir(suite.Compression) if name.startswith("track_")} \
+        & {name for name in dir(suite.Timing) if name.startswith("track_")}
+
+
 def test_every_track_returns_a_number_or_says_why_not(result):
-    tracks = [name for name in dir(suite.Compression) if name.startswith("track_")]
     measured = {}
-    for name in tracks:
-        for retention in ["75", "50"]:
-            for method in suite.METHODS:
+    for cls in (suite.Compression, suite.Timing):
+        tracks = [name for name in dir(cls) if name.startswith("track_")]
+        for name in tracks:
+            for retention, method in itertools.product(suite.RETENTIONS, cls.params[1]):
                 try:
-                    value = getattr(suite.Compression(), name)(result, retention, method)
+                    value = getattr(cls(), name)(result, retention, method)
                 except SkipNotImplemented as e:
                     assert str(e), name
                     continue
@@ -62,6 +72,8 @@ def test_every_track_returns_a_number_or_says_why_not(result):
     assert ("track_perplexity", "75", "race+recovery") not in measured  # recovery runs at the claim's retention
     assert ("track_recovery_kl_after", "50", "2-norm+recovery") in measured
     assert measured["track_attention_flops_8k", "50", "low-rank"] > measured["track_attention_flops_8k", "50", "full"]
+    assert ("track_decode_speedup_fused", "50", "low-rank") in measured
+    assert ("track_prefill_s", "50", "low-rank") not in measured  # low-rank keys prefill as the full model does
 
 
 def test_the_gate_reads_perplexity_and_accuracy_against_their_tolerances(result):
