@@ -11,6 +11,8 @@ fields of the implementations.
 - EngineBackend: route -> engine -> run, for the accuracy-gated engine tuner.
 - KVOffloadPolicy: what a tiered prefix cache writes to SSD (trace replay, claimbench.kvoffload).
 - HeadDimCompression: narrower keys in the model's attention and cache (RACE and its baselines).
+- AdoptionPolicy: which learned calibrations of a sweep to adopt over RTN (the dose gate and its
+  baselines), each run a CalibrationRun.
 """
 from __future__ import annotations
 
@@ -289,3 +291,26 @@ class HeadDimCompression(ABC):
 
     @abstractmethod
     def key_shape(self, config) -> KeyShape: ...
+
+
+@dataclass
+class CalibrationRun:
+    """One learned calibration of a quantized model and what it did to retrieval: NDCG@10 per query
+    of each split (calibration, gate, test), as numpy arrays in the split's query order."""
+    lr: float
+    steps: int
+    seed: int
+    final_loss: float
+    diverged: bool
+    dose: float  # 1 - mean cosine to the fp32 embeddings on held-out text
+    weight_change: float
+    ndcg: dict[str, np.ndarray]
+
+
+class AdoptionPolicy(ABC):
+    """Which calibrations of a sweep to adopt in place of RTN: `decide(runs, rtn)` with rtn the RTN
+    model's NDCG@10 per query by split, one bool per run. Judged on the test split, which no policy reads."""
+    name = "policy"
+
+    @abstractmethod
+    def decide(self, runs: list[CalibrationRun], rtn: dict[str, np.ndarray]) -> list[bool]: ...

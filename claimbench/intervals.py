@@ -141,3 +141,25 @@ def unpaired(a: Sequence[float], b: Sequence[float], statistic: Callable[[list, 
     low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
     return Estimate(value, float(low), float(high), min(len(a), len(b)), "bootstrap of two independent samples",
                     MIN_ITEMS)
+
+
+def sign_flip_pvalue(deltas: Sequence[float], permutations: int = 10_000, seed: int = 0) -> float:
+    """One-sided p-value that the mean of paired differences is above 0: the share of random sign
+    flips of the differences whose mean is at least the observed one (the observed counted once)."""
+    d = np.asarray(deltas, dtype=np.float64)
+    if d.ndim != 1 or len(d) == 0:
+        raise ValueError("deltas: a non-empty 1-d sequence")
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(permutations, len(d)))
+    observed = d.mean()
+    return float((1 + np.count_nonzero((signs @ d) / len(d) >= observed - 1e-12)) / (1 + permutations))
+
+
+def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down rejections at family-wise level alpha, in the order of pvalues."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    rejected = [False] * len(pvalues)
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (len(pvalues) - rank):
+            break
+        rejected[i] = True
+    return rejected

@@ -59,6 +59,11 @@ FLOPS = Metric("FLOPs", "lower", "floating-point operations (analytic, 2 per mul
 BYTES_PER_TOKEN = Metric("bytes/token", "lower", "KV-cache bytes per token, all layers, at 2 bytes per number")
 KL_DIVERGENCE = Metric("nats", "lower", "KL divergence from the reference model's next-token distribution")
 SHARE_OF_TOLERANCE = Metric("share of tolerance", "lower", "the larger quality loss over its tolerance (1 = at the limit)")
+DOSE = Metric("dose", "lower", "1 - mean cosine between the calibrated and the fp32 model's embeddings of held-out text")
+NDCG = Metric("NDCG@10", "higher", "normalised discounted cumulative gain of the top 10, binary relevance")
+RUN_SHARE = Metric("share of runs", "none", "share of a sweep's runs (diverged, adopted): context")
+RANK_CORRELATION = Metric("Spearman rho", "none", "rank correlation between two per-run quantities (an observation)")
+HARMFUL_ADOPTIONS = Metric("harmful adoptions", "lower", "adopted calibrations worse than the baseline beyond their interval")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
@@ -67,7 +72,8 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 RELATIVE_ERROR, POINTS, PERCENT_OF_DENSE,
                                 COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE,
                                 TERABYTES_WRITTEN, HIT_RATE, RECOMPUTED_TOKENS, WRITE_AMPLIFICATION, YEARS,
-                                LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE)}
+                                LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE, DOSE, NDCG,
+                                RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

@@ -44,3 +44,16 @@ def identical_rows(d1: np.ndarray, i1: np.ndarray, d2: np.ndarray, i2: np.ndarra
                 for d, i in zip(dd, ii) if i != MISSING_ID and abs(d - kth) <= rtol * scale[r, 0]}
         same[r] = diff <= tail
     return same
+
+
+def ndcg_at_k(ranked: np.ndarray, relevant, k: int = 10) -> np.ndarray:
+    """NDCG@k per query, binary relevance: ranked (nq, >=k) ids best first, relevant[q] a set of ids.
+    DCG = sum over the top k of rel / log2(rank + 1); the ideal puts min(|relevant|, k) hits first."""
+    assert ranked.ndim == 2 and ranked.shape[1] >= k and len(relevant) == len(ranked), (ranked.shape, len(relevant))
+    discount = 1 / np.log2(np.arange(2, k + 2))
+    out = np.zeros(len(ranked))
+    for q, (row, rel) in enumerate(zip(ranked[:, :k], relevant)):
+        if rel:
+            gains = np.fromiter((i in rel for i in row), dtype=np.float64, count=k)
+            out[q] = gains @ discount / discount[:min(len(rel), k)].sum()
+    return out

@@ -39,6 +39,15 @@ def check_gate(benchmark: str, value: float, failure: str) -> None:
         raise GateFailed(f"{failure} ({rule.benchmark} = {value:.4g}; the gate is {rule.describe()})")
 
 
+def minilm():
+    """all-MiniLM-L6-v2 (model, tokenizer) on every core."""
+    import torch
+
+    from claimbench import embedder
+    torch.set_num_threads(os.cpu_count() or 1)
+    return embedder.load()
+
+
 def smollm2():
     """SmolLM2-135M (model, tokenizer, eos id) on every core."""
     import torch

@@ -39,7 +39,7 @@ def make(cls, **kwargs):
 def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
                       interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy,
-                      interfaces.HeadDimCompression):
+                      interfaces.HeadDimCompression, interfaces.AdoptionPolicy):
         assert implementations(interface), interface
 
 
@@ -186,3 +186,19 @@ def test_head_dim_compression_contract(cls, tiny_llama):
         if method.retention == 1.0:
             assert torch.allclose(out, full, atol=1e-4)
     assert torch.equal(model(ids), full)
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.AdoptionPolicy), ids=lambda c: c.__name__)
+def test_adoption_policy_contract(cls):
+    """One bool per run; a diverged run is never adopted; the test split is never read."""
+    rng = np.random.default_rng(0)
+    rtn = {split: rng.uniform(0, 1, 40) for split in ("calibration", "gate", "test")}
+
+    def run(i, diverged=False):
+        scores = {split: np.clip(rtn[split] + 0.02 * (i - 2) + rng.normal(0, 0.01, 40), 0, 1) for split in rtn}
+        scores["test"] = np.full(40, np.nan)  # a policy that read it would compare NaN
+        return interfaces.CalibrationRun(10.0 ** -i, 20, 0, 0.1 * i, diverged, 0.01 * i, 0.0, scores)
+
+    runs = [run(i, diverged=(i == 4)) for i in range(5)]
+    decided = make(cls, permutations=500).decide(runs, rtn)
+    assert len(decided) == 5 and all(isinstance(d, bool) for d in decided) and not decided[4]
