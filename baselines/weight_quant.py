@@ -127,16 +127,15 @@ class LearnedCalibration:
                                     0.5 * torch.tanh(p["offset"]) if "offset" in p else None)
                 for name, w in weights.items() for p in (learned[name],)}
 
-    def calibrate(self, model, tokenizer, texts: list[str], progress=None) -> Calibrated:
+    def calibrate(self, model, tokenizer, texts: list[str]) -> Calibrated:
         """Train on texts (batches of batch_size, reshuffled each pass with seed) for steps steps."""
         from claimbench import embedder
-        torch.manual_seed(self.seed)
         weights = linear_weights(model)
         learned = self.parameters_for(weights)
         optimizer = torch.optim.Adam([t for p in learned.values() for t in p.values()], lr=self.lr)
         order, losses = [], []
         rng = random.Random(self.seed)
-        for step in range(self.steps):
+        for _ in range(self.steps):
             if len(order) < self.batch_size:
                 order += rng.sample(range(len(texts)), len(texts))
             chunk, order = order[:self.batch_size], order[self.batch_size:]
@@ -153,8 +152,6 @@ class LearnedCalibration:
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-            if progress and (step + 1) % 25 == 0:
-                progress(step + 1, loss.item())
         with torch.no_grad():
             final = self.dequantized(weights, learned)
         if not all(torch.isfinite(w).all() for w in final.values()):

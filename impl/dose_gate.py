@@ -38,7 +38,9 @@ def weight_change(calibrated: dict, rtn: dict, fp32: dict) -> float:
 
 @dataclass
 class DoseGate(AdoptionPolicy):
-    """Adopt the runs whose gate-split NDCG@10 beats RTN's (one-sided sign-flip test, Holm over the runs)."""
+    """Adopt the runs whose gate-split NDCG@10 beats RTN's (one-sided sign-flip test, Holm over the runs):
+    the paper's validation-gated abstention, named for the paper. It reads no dose; a rule on the dose
+    alone is the DoseThreshold baseline."""
     name = "dose gate"
     alpha: float = 0.05
     permutations: int = 10_000
