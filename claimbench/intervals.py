@@ -11,6 +11,8 @@
   methods on the same items, a cost change over the same tasks): percentile bootstrap over items,
   paired (each resample draws whole items), 2,000 resamples, seeded so a rerun gives the same
   interval. `unpaired` resamples two independent sample sets (latencies of two configurations).
+- A paired test (`sign_flip_pvalue`): the one-sided p-value of a mean paired difference above 0
+  by random sign flips; `holm` corrects many such tests at once.
 Every estimate says how many samples it rests on and how many it needs (`min_n`); below that,
 verdicts call it inconclusive.
 """

@@ -54,6 +54,7 @@ def retrieval_scores(model, tokenizer, data: retrieval.RetrievalSet, extra: list
 
 def sweep(model, tokenizer, data, held_out, progress=print) -> dict:
     from claimbench.baselines import weight_quant
+    progress(f"dose-ptq: {data.describe()}", flush=True)
     fp32, fp32_held = retrieval_scores(model, tokenizer, data, held_out)
     fp32_weights = {k: w.detach().clone() for k, w in weight_quant.linear_weights(model).items()}
     rtn_weights = weight_quant.rtn(model)
@@ -78,13 +79,12 @@ def sweep(model, tokenizer, data, held_out, progress=print) -> dict:
                          flush=True)
     decisions = {name: make().decide(runs, rtn) for name, make in POLICIES.items()}
     return {"fp32": fp32, "rtn": rtn, "rtn_dose": embedding_dose(rtn_held, fp32_held), "runs": runs,
-            "decisions": decisions, "describe": data.describe()}
+            "decisions": decisions}
 
 
-def ndcg_change(run: CalibrationRun, reference: np.ndarray) -> intervals.Estimate:
-    """Mean test-split NDCG@10 minus the reference's, in points, paired bootstrap over queries."""
-    deltas = list(100 * (run.ndcg["test"] - reference))
-    return intervals.bootstrap(deltas, lambda xs: sum(xs) / len(xs))
+def ndcg_change(scores: np.ndarray, reference: np.ndarray) -> intervals.Estimate:
+    """Mean NDCG@10 minus the reference's on the same queries, in points, paired bootstrap over queries."""
+    return intervals.bootstrap(list(100 * (scores - reference)), lambda xs: sum(xs) / len(xs))
 
 
 class _Measured(common.ComputedOnce):
@@ -95,7 +95,7 @@ class _Measured(common.ComputedOnce):
         model, tokenizer = common.minilm()
         data = retrieval.docstring_retrieval(QUERIES_PER_SPLIT, DISTRACTORS)
         r = sweep(model, tokenizer, data, retrieval.held_out_sentences(HELD_OUT))
-        r["changes"] = [None if run.diverged else ndcg_change(run, r["rtn"]["test"]) for run in r["runs"]]
+        r["changes"] = [None if run.diverged else ndcg_change(run.ndcg["test"], r["rtn"]["test"]) for run in r["runs"]]
         return r
 
     @staticmethod
@@ -126,7 +126,7 @@ class Run(_Measured):
 
     @evidence.estimate
     def track_test_ndcg_change_vs_fp32_points(self, r, lr, steps, seed):
-        return ndcg_change(r["runs"][self._converged(r, lr, steps, seed)], r["fp32"]["test"])
+        return ndcg_change(r["runs"][self._converged(r, lr, steps, seed)].ndcg["test"], r["fp32"]["test"])
     track_test_ndcg_change_vs_fp32_points.unit = metrics.POINTS.unit
 
     def track_dose(self, r, lr, steps, seed):
@@ -171,8 +171,7 @@ class Sweep(_Measured):
     def track_test_ndcg_change_vs_rtn_points(self, r, lr, steps):
         """Mean over seeds and test queries of NDCG@10 minus RTN's, in points, paired over queries."""
         mean = np.mean([run.ndcg["test"] for run in self._converged(r, lr, steps)], axis=0)
-        per_query = 100 * (mean - r["rtn"]["test"])
-        return intervals.bootstrap(list(per_query), lambda xs: sum(xs) / len(xs))
+        return ndcg_change(mean, r["rtn"]["test"])
     track_test_ndcg_change_vs_rtn_points.unit = metrics.POINTS.unit
 
     def track_dose(self, r, lr, steps):
@@ -264,7 +263,7 @@ class Outcome(_Measured):
 
     @evidence.estimate
     def track_rtn_test_ndcg_change_vs_fp32_points(self, r):
-        return intervals.bootstrap(list(100 * (r["rtn"]["test"] - r["fp32"]["test"])), lambda xs: sum(xs) / len(xs))
+        return ndcg_change(r["rtn"]["test"], r["fp32"]["test"])
     track_rtn_test_ndcg_change_vs_fp32_points.unit = metrics.POINTS.unit
 
     def track_fp32_test_ndcg(self, r):
