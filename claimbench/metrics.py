@@ -64,6 +64,10 @@ NDCG = Metric("NDCG@10", "higher", "normalised discounted cumulative gain of the
 RUN_SHARE = Metric("share of runs", "none", "share of a sweep's runs (diverged, adopted): context")
 RANK_CORRELATION = Metric("Spearman rho", "none", "rank correlation between two per-run quantities (an observation)")
 HARMFUL_ADOPTIONS = Metric("harmful adoptions", "lower", "adopted calibrations worse than the baseline beyond their interval")
+CAUGHT = Metric("% caught", "higher", "planted semantic changes a correctness gate rejected, in percent")
+FALSE_REJECTS = Metric("% falsely rejected", "lower", "legitimate changes a correctness gate rejected, in percent")
+LOSS_DEVIATION = Metric("relative loss deviation", "lower",
+                        "largest per-step |loss - reference loss| / reference loss over a gate's check steps")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
@@ -73,7 +77,8 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 COSINE, HELD_OUT, COUNT, MEMORY_RATIO, ALERT_RECALL, FALSE_ALARMS, DROP_SIZE,
                                 TERABYTES_WRITTEN, HIT_RATE, RECOMPUTED_TOKENS, WRITE_AMPLIFICATION, YEARS,
                                 LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE, DOSE, NDCG,
-                                RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS)}
+                                RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS, CAUGHT, FALSE_REJECTS,
+                                LOSS_DEVIATION)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

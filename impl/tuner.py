@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
-import queue as queue_mod
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from claimbench import measure
 from claimbench.interfaces import EngineBackend, Knob
 
 
@@ -106,40 +105,34 @@ class RouteResult:
         return self.status == "ok" and bool(self.gate and self.gate["passed"]) and bool(self.held_out_passed)
 
 
-def _measure(backend, workload, route, workdir, repeats, queue):
+def _measure(backend, workload, route, workdir, repeats):
     """Child process: build, time the timing input, run the gate and held-out inputs."""
-    try:
-        engine = backend.build(workload, route, Path(workdir))
-        feeds = workload.timing_feeds()
+    engine = backend.build(workload, route, Path(workdir))
+    feeds = workload.timing_feeds()
+    backend.run(engine, feeds)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
         backend.run(engine, feeds)
-        times = []
-        for _ in range(repeats):
+        times.append(time.perf_counter() - start)
+    gate_outputs = [backend.run(engine, f) for f in workload.gate_feeds()]
+    held = [backend.run(engine, f) for f in workload.held_out_feeds()]
+    return float(np.median(times)), gate_outputs, held
+
+
+def _compare(backend, workload, routes, workdir, repeats):
+    """Child process: build every route, then time them interleaved on the same input."""
+    feeds = workload.timing_feeds()
+    engines = [backend.build(workload, route, Path(workdir)) for route in routes]
+    for engine in engines:
+        backend.run(engine, feeds)
+    times = [[] for _ in engines]
+    for _ in range(repeats):
+        for engine, t in zip(engines, times):
             start = time.perf_counter()
             backend.run(engine, feeds)
-            times.append(time.perf_counter() - start)
-        gate_outputs = [backend.run(engine, f) for f in workload.gate_feeds()]
-        held = [backend.run(engine, f) for f in workload.held_out_feeds()]
-        queue.put(("ok", float(np.median(times)), gate_outputs, held, ""))
-    except Exception as e:  # noqa: BLE001 - any failure of a route is recorded, not fatal
-        queue.put(("error", None, None, None, f"{type(e).__name__}: {e}"))
-
-
-def _compare(backend, workload, routes, workdir, repeats, queue):
-    """Child process: build every route, then time them interleaved on the same input."""
-    try:
-        feeds = workload.timing_feeds()
-        engines = [backend.build(workload, route, Path(workdir)) for route in routes]
-        for engine in engines:
-            backend.run(engine, feeds)
-        times = [[] for _ in engines]
-        for _ in range(repeats):
-            for engine, t in zip(engines, times):
-                start = time.perf_counter()
-                backend.run(engine, feeds)
-                t.append(time.perf_counter() - start)
-        queue.put(("ok", times, None, None, ""))
-    except Exception as e:  # noqa: BLE001
-        queue.put(("error", None, None, None, f"{type(e).__name__}: {e}"))
+            t.append(time.perf_counter() - start)
+    return times
 
 
 @dataclass
@@ -170,43 +163,23 @@ class Tuner:
                 out[route_key(r.route)] = r
         return out
 
-    def _in_child(self, target, payload) -> tuple:
-        """(status, latency, gate outputs, held-out outputs, error) from a child running `target`."""
-        ctx = multiprocessing.get_context("spawn")
-        queue = ctx.Queue()
-        child = ctx.Process(target=target, args=(self.backend, self.workload, payload, str(self.workdir),
-                                                 self.repeats, queue))
-        child.start()
-        deadline = time.monotonic() + self.route_timeout_s
-        while True:  # wait for the result, noticing a dead or hung child early
-            try:
-                result = queue.get(timeout=0.2)
-                break
-            except queue_mod.Empty:
-                if not child.is_alive():
-                    try:
-                        result = queue.get(timeout=1.0)
-                        break
-                    except queue_mod.Empty:
-                        return "crashed", None, None, None, f"child exit code {child.exitcode}"
-                if time.monotonic() > deadline:
-                    child.kill()
-                    child.join()
-                    return "timeout", None, None, None, f"no result within {self.route_timeout_s:.0f}s"
-        child.join(30)
-        return result
+    def _in_child(self, target, payload) -> tuple[str, object]:
+        """(status, result or error) from a child running `target` (measure.in_child_within)."""
+        return measure.in_child_within(target, (self.backend, self.workload, payload, str(self.workdir), self.repeats),
+                                       self.route_timeout_s)
 
     def compare(self, routes: list[dict]) -> list[list[float]]:
         """Each route's latencies, one per interleaved round, all built in one child (the claim's ratio)."""
-        status, rounds, _, _, error = self._in_child(_compare, routes)
+        status, rounds = self._in_child(_compare, routes)
         if status != "ok":
-            raise RuntimeError(f"interleaved comparison failed ({status}): {error}")
+            raise RuntimeError(f"interleaved comparison failed ({status}): {rounds}")
         return rounds
 
     def try_route(self, route: dict) -> RouteResult:
-        status, latency, gate_out, held, error = self._in_child(_measure, route)
+        status, result = self._in_child(_measure, route)
         if status != "ok":
-            return RouteResult(route, status, error=error)
+            return RouteResult(route, status, error=result)
+        latency, gate_out, held = result
         ref_gate, ref_held = self._reference()
         g = gate(gate_out, ref_gate, self.workload.gate_spec)
         score, ok = self.workload.held_out_check(held, ref_held)

@@ -13,6 +13,8 @@ but decode attention chains in the order entered):
 - `model.slice_qk({layer: pairs})`: the rotary pairs q/k keep per layer and KV head (RACE's sliced
   projections; an attention module of one's own goes in with `swap_modules`);
 - `cache.keep(idx)` / `cache.drop(idx)` / `cache.truncate(position)`: edit the cache in place.
+`model.train_forward(tokens, positions, mask)` is the training pass over packed or padded rows
+(ATTUNE's training jobs): per-row positions, a per-document mask, optional activation checkpointing.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor, nn
 
 
@@ -262,7 +265,9 @@ class Attention(nn.Module):
         else:
             if q.shape[-1] != v.shape[-1]:  # torch's fused kernels need equal widths: zero-padded q/k, same scores
                 q, k = (F.pad(x, (0, v.shape[-1] - x.shape[-1])) for x in (q, k))
-            if T == 1 or past == 0:  # new tokens come in position order, so causal is the right mask
+            if hooks.mask is not None:  # training over packed rows: causal within each document
+                out = grouped_sdpa(q, k, v, attn_mask=hooks.mask)
+            elif T == 1 or past == 0:  # new tokens come in position order, so causal is the right mask
                 out = grouped_sdpa(q, k, v, is_causal=bool(T > 1))
             else:  # a chunk after cached entries: each token sees every entry at or before its position
                 out = grouped_sdpa(q, k, v, attn_mask=key_positions[None, :] <= positions[:, None])
@@ -304,6 +309,7 @@ class Hooks:
         self.attention = None
         self.captures: list[list] = []
         self.selectors: list = []
+        self.mask: Tensor | None = None  # (B, 1, T, T) bool, set by Llama.train_forward for its call
 
 
 class Llama(nn.Module):
@@ -350,6 +356,30 @@ class Llama(nn.Module):
                         x, positions, cos, sin = x[:, index], positions[index], cos[index], sin[index]
         if last_only:
             x = x[:, -1:]
+        return self.output(self.norm(x))
+
+    def train_forward(self, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
+                      checkpointing: bool = False) -> Tensor:
+        """tokens (B, T) at positions (B, T) -> logits (B, T, vocab), no cache: rows of several documents
+        (packed) give each token its position in its document and `mask` (B, 1, T, T) bool, True where a
+        query may see a key (causal within its document); without a mask, attention is causal over the
+        row. `checkpointing` recomputes each block's activations in the backward pass."""
+        B, T = tokens.shape
+        assert positions.shape == (B, T), f"positions {tuple(positions.shape)} != {(B, T)}"
+        x = self.tok_embeddings(tokens)
+        cos, sin = (t.view(B, 1, T, -1) for t in rope_cos_sin(positions.flatten(), self.inv_freq, x.dtype))
+
+        def run_block(block, x):  # the mask is set for each call, so a checkpoint's recomputation sees it too
+            self.hooks.mask = mask
+            try:
+                return block(x, cos, sin, None, positions, self.hooks)
+            finally:
+                self.hooks.mask = None
+        for block in self.layers:
+            if checkpointing:
+                x = torch.utils.checkpoint.checkpoint(run_block, block, x, use_reentrant=False)
+            else:
+                x = run_block(block, x)
         return self.output(self.norm(x))
 
     @contextmanager

@@ -112,6 +112,13 @@ def config_from_gguf(reader) -> LlamaConfig:
                        max_seq_len=value("llama.context_length"))
 
 
+@lru_cache(maxsize=1)
+def tokenizer():
+    """(tokenizer, eos_id) without the weights."""
+    _, reader = _reader(gguf_path())
+    return tokenizer_from_gguf(reader), int(reader.fields["tokenizer.ggml.eos_token_id"].contents())
+
+
 @lru_cache(maxsize=4)
 def load(dtype: torch.dtype = torch.float32):
     """(model, tokenizer, eos_id), cached within the process."""

@@ -39,7 +39,7 @@ def make(cls, **kwargs):
 def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
                       interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy,
-                      interfaces.HeadDimCompression, interfaces.AdoptionPolicy):
+                      interfaces.HeadDimCompression, interfaces.AdoptionPolicy, interfaces.RecipeProposer):
         assert implementations(interface), interface
 
 
@@ -202,3 +202,27 @@ def test_adoption_policy_contract(cls):
     runs = [run(i, diverged=(i == 4)) for i in range(5)]
     decided = make(cls, permutations=500).decide(runs, rtn)
     assert len(decided) == 5 and all(isinstance(d, bool) for d in decided) and not decided[4]
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.RecipeProposer), ids=lambda c: c.__name__)
+def test_recipe_proposer_contract(cls):
+    """Proposals are valid recipes that differ from the best so far, every one new, until None."""
+    import sys
+
+    from claimbench.datasets import recipes
+    start = recipes.load("moe-lm")
+    timing = {"phases": {"data": 0.1, "forward": 1.0, "backward": 2.0, "optimizer": 0.5}, "padding_share": 0.1,
+              "profile": {"top": [{"name": "aten::nonzero", "share": 0.3, "calls": 9}]}}
+    history = [{"proposer": "start", "changes": {}, "status": "accepted", "profile": timing}]
+    proposer = make(cls, cores=2, command=[sys.executable, "-m", "claimbench.impl.attune_scripted_proposer", "{dir}"])
+    seen = []
+    for _ in range(40):
+        proposal = proposer.propose(dict(start), dict(start), history)
+        if proposal is None:
+            break
+        flat = recipes.validate(recipes.nest(proposal))
+        assert flat != start and flat not in seen
+        seen.append(flat)
+        history.append({"proposer": proposer.name, "changes": {k: v for k, v in flat.items() if start[k] != v},
+                        "status": "rejected", "profile": None})
+    assert seen
