@@ -98,10 +98,10 @@ class RecipeTuner:
         best, best_tps = copy.deepcopy(self.start), self.start_timing["tokens_per_s"]
         trials: list[Trial] = []
         failures = 0
+        # the starting recipe's timing and profile: where a profiler-guided proposer begins
+        start_entry = asdict(Trial("start", {}, "accepted", tokens_per_s=best_tps, profile=self.start_timing))
         while self.clock() < deadline and failures < self.max_failures:
-            history = [asdict(t) for t in trials]
-            if not trials:  # the starting recipe's profile is where a profiler-guided proposer begins
-                history = [asdict(Trial("start", {}, "accepted", tokens_per_s=best_tps, profile=self.start_timing))]
+            history = [start_entry, *(asdict(t) for t in trials)]
             t0 = self.clock()
             try:
                 proposal = proposer.propose(copy.deepcopy(self.start), copy.deepcopy(best), history)
