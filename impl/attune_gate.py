@@ -11,7 +11,7 @@ lower-precision autocast, an MoE capacity factor, a forced or fake-balanced rout
 Dynamic part: `check_steps` deterministic training steps from the recipe's initialization, in a
 child process, against the starting recipe's reference run: the same initial parameters, per step
 the same targets (count and digest of document, place, token) and, for the MoE, every token reaching
-its top-k experts (kept pairs = targets x top_k, as in the reference); and the per-step loss within
+its top-k experts in every layer (kept pairs = targets x top_k x layers, as in the reference); and the per-step loss within
 `tolerance` (relative). The tolerance is derived from the measured run-to-run noise of legitimate
 changes (`tolerance_from_noise`): operations reordered by micro-batching or threads move float32
 losses by about 1e-7 relative; the suite states what it measured.
@@ -79,14 +79,16 @@ def compare_runs(result: dict, reference: dict, recipe: dict, tolerance: float) 
     if len(result["steps"]) != len(reference["steps"]):
         reasons.append(f"{len(result['steps'])} steps ran, the reference ran {len(reference['steps'])}")
     top_k = recipe.get("moe.top_k")
+    pairs_per_target = top_k * recipe["model.layers"] if top_k else None  # every MoE layer routes every token
     deviation = 0.0
     for i, (step, ref) in enumerate(zip(result["steps"], reference["steps"])):
         if step["tokens"] != ref["tokens"] or step["digest"] != ref["digest"]:
             reasons.append(f"step {i}: trained on {step['tokens']} targets (digest {step['digest']}), the reference on "
                            f"{ref['tokens']} (digest {ref['digest']})")
-        if top_k and (step["kept_pairs"] != step["tokens"] * top_k or step["kept_pairs"] != ref["kept_pairs"]):
+        if top_k and (step["kept_pairs"] != step["tokens"] * pairs_per_target or step["kept_pairs"] != ref["kept_pairs"]):
             reasons.append(f"step {i}: experts computed {step['kept_pairs']} token-expert pairs of "
-                           f"{step['tokens'] * top_k} (targets x top_k): tokens were dropped or rerouted")
+                           f"{step['tokens'] * pairs_per_target} (targets x top_k x MoE layers): tokens were dropped "
+                           "or rerouted")
         deviation = max(deviation, abs(step["loss"] - ref["loss"]) / abs(ref["loss"]))
     if deviation > tolerance:
         reasons.append(f"loss curve off the reference by {deviation:.2e} (relative; tolerance {tolerance:.2e})")

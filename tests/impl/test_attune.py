@@ -1,4 +1,4 @@
-"""ATTUNE's gate, tuner and proposers on a tiny MoE recipe (one layer, 4 experts, 256 tokens a step)."""
+"""ATTUNE's gate, tuner and proposers on a tiny MoE recipe (two layers, 4 experts, 256 tokens a step)."""
 import ast
 import sys
 from pathlib import Path
@@ -12,7 +12,7 @@ from claimbench.impl import attune_training as training
 from claimbench.interfaces import RecipeProposer
 from claimbench.suites import attune as suite
 
-TINY = {"model.dim": 32, "model.layers": 1, "model.heads": 2, "model.kv_heads": 1, "model.ffn_dim": 32,
+TINY = {"model.dim": 32, "model.layers": 2, "model.heads": 2, "model.kv_heads": 1, "model.ffn_dim": 32,
         "moe.experts": 4, "train.tokens_per_step": 256, "train.sequence_length": 32, "runtime.threads": 1}
 
 
