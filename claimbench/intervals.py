@@ -103,7 +103,8 @@ def ratio_of_rounds(baseline: Sequence[float], method: Sequence[float]) -> Estim
 
 
 def rate(outcomes: Sequence[bool | float]) -> Estimate:
-    """Share of successes with its Wilson score interval."""
+    """Share of successes with its Wilson score interval (exactly 0 or 1 at the ends where it is, not
+    a rounding error inside them)."""
     n = len(outcomes)
     if n == 0:
         raise ValueError("no items")
@@ -111,7 +112,8 @@ def rate(outcomes: Sequence[bool | float]) -> Estimate:
     z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return Estimate(p, max(0.0, centre - half), min(1.0, centre + half), n, "Wilson", MIN_ITEMS,
+    low, high = (0.0 if p == 0 else max(0.0, centre - half)), (1.0 if p == 1 else min(1.0, centre + half))
+    return Estimate(p, low, high, n, "Wilson", MIN_ITEMS,
                     tuple(map(float, outcomes)))
 
 

@@ -96,7 +96,9 @@ def reach(claim: Claim) -> float | None:
 
 
 def reaches(claim: Claim, value: float) -> bool:
-    return (1.0 if claim.direction == "higher" else -1.0) * (value - reach(claim)) >= 0
+    """At or past `reach`; a float rounding error short of it (1e-9 relative) counts as at it."""
+    target = reach(claim)
+    return (1.0 if claim.direction == "higher" else -1.0) * (value - target) >= -1e-9 * max(1.0, abs(target))
 
 
 def classify(claim: Claim, value: float, low: float | None, high: float | None, enough: bool = True) -> tuple[str, str]:

@@ -66,3 +66,8 @@ def test_estimates_map_through_monotone_functions():
 def test_measure_ratio_is_the_estimates_value():
     base, method = [2.0, 4.0, 3.0], [1.0, 1.0, 1.5]
     assert measure.ratio(base, method) == measure.ratio_estimate(base, method).value == 2.0
+
+
+def test_wilson_bounds_are_exact_at_the_ends():
+    from claimbench import intervals
+    assert intervals.rate([True] * 17).high == 1.0 and intervals.rate([False] * 11).low == 0.0

@@ -143,3 +143,12 @@ def test_a_folded_claim_takes_the_deciding_combinations_interval():
     v = V.judge(claim(), measured, intervals=found)
     assert (v.measured, v.low, v.high, v.verdict) == (3.0, 2.5, 3.5, V.REPRODUCED)
     assert [(d["low"], d["high"]) for d in v.detail] == [(2.5, 3.5), (0.5, 2.0)]
+
+
+def test_a_rounding_error_short_of_the_claim_reaches_it():
+    from claimbench import verdicts
+    from claimbench.registry import Claim
+    claim = Claim("p", "c", "m", "% caught", "higher", "all", "", "none", claimed=(100.0, 100.0), neutral=0.0,
+                  tolerance=0.0)
+    assert verdicts.classify(claim, 100.0, 81.6, 100.0 - 1e-13)[0] == verdicts.REPRODUCED
+    assert verdicts.classify(claim, 100.0, 81.6, 99.9)[0] != verdicts.REPRODUCED
