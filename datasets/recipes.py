@@ -29,10 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claimbench import inputs
-from claimbench.interfaces import InputError
+from claimbench.interfaces import InputError, Knob
 
-JOBS = ("causal-lm", "moe-lm")
-NAMES = JOBS  # the shipped recipes, one per job
+JOBS = ("causal-lm", "moe-lm")  # one shipped recipe per job, named after it
 
 
 class RecipeError(InputError):
@@ -152,7 +151,6 @@ TUNABLE = tuple(k for k, f in SCHEMA.items() if f.kind == "tunable")
 def knob_space(recipe: dict, cores: int) -> list:
     """The fixed knob space a grid searches, for a validated recipe on `cores` cores: every tunable
     key with the values tried (the recipe's own value first, as the knob's default)."""
-    from claimbench.interfaces import Knob
     values = {
         "runtime.micro_batch_rows": (1, 2, 4, 8),
         "runtime.activation_checkpointing": (True, False),
@@ -264,6 +262,6 @@ def dump(flat: dict[str, object]) -> str:
 
 def load(name: str) -> dict[str, object]:
     """A shipped recipe, checksummed (claimbench.inputs)."""
-    if name not in NAMES:
-        raise RecipeError(f"unknown recipe {name!r}; shipped: {', '.join(NAMES)}")
+    if name not in JOBS:
+        raise RecipeError(f"unknown recipe {name!r}; shipped: {', '.join(JOBS)}")
     return read(inputs.path(f"recipes/{name}"))

@@ -22,6 +22,7 @@ the paper names no model.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import os
 import time
@@ -263,7 +264,6 @@ def build_model(recipe: dict) -> nn.Module:
 
 
 def parameter_digest(model: nn.Module) -> str:
-    import hashlib
     digest = hashlib.sha256()
     for name, p in sorted(model.state_dict().items()):
         digest.update(name.encode())

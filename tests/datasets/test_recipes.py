@@ -6,7 +6,7 @@ SHIPPED = recipes.load("moe-lm")
 
 
 def test_shipped_recipes_validate_with_every_key_filled():
-    for name in recipes.NAMES:
+    for name in recipes.JOBS:
         flat = recipes.load(name)
         assert set(recipes.LOCKED) & set(flat) and all(k in flat for k in recipes.TUNABLE if k != "moe.dispatch")
 
