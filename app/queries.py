@@ -71,6 +71,21 @@ def claims(version) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def by_machine(claims_df: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim, one column group per machine: its verdict (or 'not measured on MACHINE' where it has
+    no result for the claim), the measured value with its interval, and the commit the verdict comes from."""
+    machines = sorted(m for m in claims_df["machine"].unique() if m != "(none)")
+    keys = ["paper", "claim"]
+    out = claims_df.drop_duplicates(keys)[["paper", "tier", "claim", "claimed"]].set_index(keys)
+    for machine in machines:
+        part = claims_df[claims_df["machine"] == machine].set_index(keys)
+        unmeasured = (part["verdict"] == V.NOT_MEASURED) & (part["commit"] == "")
+        out[machine] = part["badge"].where(~unmeasured, f"not measured on {machine}")
+        out[f"{machine} · measured"] = part["interval"].where(~unmeasured, "")
+        out[f"{machine} · commit"] = part["commit"]
+    return out.reset_index()
+
+
 @st.cache_data(show_spinner=False)
 def results(version, prefix: str) -> pd.DataFrame:
     """Every result of benchmarks whose name starts with prefix, with run context."""

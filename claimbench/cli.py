@@ -1,4 +1,4 @@
-"""claimbench command line: run, kernels, ingest, claims, alerts, report, device-run, app."""
+"""claimbench command line: run, fleet run, kernels, ingest, publish, claims, alerts, report, device-run, app."""
 from __future__ import annotations
 
 import argparse
@@ -18,6 +18,11 @@ def _add_db(p: argparse.ArgumentParser) -> None:
     p.add_argument("--papers", help="papers.toml to read (default: the repository's)")
 
 
+def _add_endpoint(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint-url", help="S3 API endpoint, for MinIO, Ceph and other S3 servers (default: "
+                                          "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS)")
+
+
 def cmd_run(args) -> int:
     reg = R.load(args.papers)
     if args.serve:
@@ -30,9 +35,40 @@ def cmd_run(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    rep = I.ingest(args.paths, db=args.db, wait_s=args.wait)
+    rep = I.ingest(args.paths, db=args.db, wait_s=args.wait, endpoint_url=args.endpoint_url)
     print(rep.summary())
     return 0 if rep.ok else 1
+
+
+def cmd_publish(args) -> int:
+    from . import objectstore
+    roots = {mode: runner.results_dir(mode=mode) for mode in runner.CONFIGS}
+    if args.results:
+        roots = {"quick" if args.quick else "full": Path(args.results)}
+    print(objectstore.publish(args.url, roots, machine=args.machine, commit=args.commit,
+                              endpoint_url=args.endpoint_url).summary())
+    return 0
+
+
+def cmd_fleet_run(args) -> int:
+    from . import fleet, objectstore
+    if not args.on:
+        raise ValueError("name at least one machine kind: --on NAME[:RESOURCE=AMOUNT,...] (repeatable)")
+    if not args.paper and not args.bench:
+        raise ValueError("choose what to run: --paper ID or --bench REGEX (repeatable)")
+    reg = R.load(args.papers)
+    for pid in args.paper or []:
+        runner.bench_patterns(reg, [pid])  # an unknown paper or one without a suite fails here, not on a node
+    spec = fleet.FleetRun(kinds=[fleet.Kind.parse(k) for k in args.on], papers=args.paper or [],
+                          bench=args.bench or [], quick=args.quick, bucket=args.bucket,
+                          endpoint_url=args.endpoint_url or objectstore.endpoint_from_environment(),
+                          checkout=args.checkout, papers_file=args.papers,
+                          force=args.force)
+    outcomes = fleet.run(spec, address=args.address, db=args.db)
+    from tabulate import tabulate
+    print(tabulate([[o.machine, o.status, (o.node or "")[:8], o.detail] for o in outcomes],
+                   ["machine", "status", "node", "detail"]))
+    return 0 if all(o.status != "failed" for o in outcomes) else 1
 
 
 def _verdicts(args, con) -> list[V.Verdict]:
@@ -138,11 +174,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8501, help="with --serve: the leaderboard's port")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("ingest", help="load asv results (dirs or files) and pytest-benchmark JSON into the store")
-    p.add_argument("paths", nargs="+")
+    p = sub.add_parser("ingest", help="load asv results (dirs, files or s3:// prefixes) and pytest-benchmark JSON "
+                                      "into the store")
+    p.add_argument("paths", nargs="+", help="results folders or files, or s3://BUCKET/PREFIX")
     p.add_argument("--db")
     p.add_argument("--wait", type=float, default=30.0, help="seconds to wait while another process holds the DB")
+    _add_endpoint(p)
     p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("publish", help="upload this machine's result files to s3://BUCKET/PREFIX (per machine and "
+                                       "commit), for claimbench ingest s3://... elsewhere")
+    p.add_argument("url", help="s3://BUCKET/PREFIX")
+    p.add_argument("--machine", help="only this machine's results (default: every machine under the results)")
+    p.add_argument("--commit", help="only this commit's (a prefix of its hash)")
+    p.add_argument("--results", help="an asv results folder (default: this checkout's full and quick ones)")
+    p.add_argument("--quick", action="store_true", help="with --results: the folder holds quick-mode results")
+    _add_endpoint(p)
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("fleet", help="run suites on the machines of a Ray cluster (pip install 'claimbench[fleet]')")
+    fleet_sub = p.add_subparsers(dest="fleet_command", required=True)
+    p = fleet_sub.add_parser("run", help="one task per machine kind, each on a node with the kind's resources; "
+                                         "results gathered (or published to --bucket) and ingested")
+    p.add_argument("--on", action="append", metavar="NAME[:RESOURCE=AMOUNT,...]",
+                   help="a machine kind: the name its results are saved under and what its node must advertise, "
+                        "e.g. gpu-h200:GPU=1,H200=1 or nvme-box:nvme=1 (repeatable)")
+    p.add_argument("--paper", action="append", help="paper id from papers.toml (repeatable)")
+    p.add_argument("--bench", action="append", help="asv --bench regular expression (repeatable)")
+    p.add_argument("--quick", action="store_true", help="the suites' quick mode")
+    p.add_argument("--address", help="the Ray cluster (default: $RAY_ADDRESS, else a new local one-node cluster)")
+    p.add_argument("--bucket", help="s3://BUCKET/PREFIX: nodes publish there and the driver ingests from there")
+    _add_endpoint(p)
+    p.add_argument("--checkout", help="the claimbench checkout on every node (default: where it is installed there)")
+    p.add_argument("--force", action="store_true", help="run kinds already done at this commit again")
+    p.add_argument("--papers", help="papers.toml to read")
+    p.add_argument("--db")
+    p.set_defaults(func=cmd_fleet_run)
 
     p = sub.add_parser("claims", help="print every claim with its verdict per machine")
     _add_db(p)
@@ -191,7 +258,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (R.RegistryError, store.StoreError, ValueError, RuntimeError, FileNotFoundError) as e:
+    except (R.RegistryError, store.StoreError, ValueError, RuntimeError, FileNotFoundError, PermissionError) as e:
         print(f"claimbench {args.command}: {e}", file=sys.stderr)
         return 2
 

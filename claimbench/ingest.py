@@ -3,8 +3,10 @@ into the DuckDB store.
 
 Idempotent: a run is identified by (source, machine, commit, environment, mode); a file whose
 content is unchanged (with its run record and evidence beside it) adds nothing, a changed one
-replaces that run's rows. Atomic per batch: every good file lands in one transaction or none does.
-A bad file is named and skipped; the others land.
+replaces that run's rows. Two different copies of one run (two files in a batch, or a file and what
+the store holds from elsewhere) are a conflict: the one measured later is kept and the conflict
+reported. Atomic per batch: every good file lands in one transaction or none does. A bad file is
+named and skipped; the others land. An s3:// URL is read through claimbench.objectstore.
 
 Beside an asv results file, `claimbench run` leaves the run record (`<commit>.claimbench.json`:
 mode, each suite's input digests) and the evidence (`<commit>.evidence.jsonl`: each claim's
@@ -19,6 +21,7 @@ import hashlib
 import itertools
 import json
 import math
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +29,7 @@ from pathlib import Path
 import asv.results
 import pyarrow as pa
 
-from . import environment, evidence, inputs, intervals, metrics, store
+from . import environment, evidence, inputs, intervals, metrics, objectstore, store
 
 NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
 
@@ -42,6 +45,7 @@ class ParsedRun:
     run: dict
     machine: dict
     rows: list[tuple]  # (benchmark, params, value, status, unit, direction, stats, samples, low, high, interval)
+    measured_at: datetime | None = None  # when its last benchmark ran: of two copies of a run, the newer is kept
 
 
 @dataclass
@@ -52,6 +56,7 @@ class IngestReport:
     unchanged: int = 0
     rows: int = 0
     errors: list[tuple[Path, str]] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -60,6 +65,8 @@ class IngestReport:
     def summary(self) -> str:
         text = (f"{self.files} file(s): {self.added} run(s) added, {self.replaced} replaced, "
                 f"{self.unchanged} unchanged; {self.rows} result row(s) written")
+        for msg in self.conflicts:
+            text += f"\n  conflict: {msg}"
         for path, msg in self.errors:
             text += f"\n  error: {path}: {msg}"
         return text
@@ -77,15 +84,20 @@ def find_files(paths) -> list[Path]:
     return found
 
 
-def ingest(paths, db=None, wait_s: float = 30.0) -> IngestReport:
+def ingest(paths, db=None, wait_s: float = 30.0, endpoint_url: str | None = None) -> IngestReport:
+    """Local files and folders, and s3:// prefixes (fetched whole before anything is written)."""
     report = IngestReport()
     parsed = []
-    for path in find_files(paths):
-        report.files += 1
-        try:
-            parsed.append(parse(path))
-        except Exception as e:  # noqa: BLE001 - any failure names the file and skips it
-            report.errors.append((path, _reason(e)))
+    with tempfile.TemporaryDirectory(prefix="claimbench-fetch-") as scratch:
+        for path, shown in _sources(paths, Path(scratch), endpoint_url):
+            report.files += 1
+            try:
+                run = parse(path)
+                run.path = shown
+                parsed.append(run)
+            except Exception as e:  # noqa: BLE001 - any failure names the file and skips it
+                report.errors.append((shown, _reason(e)))
+    parsed = _newest_copies(parsed, report)
     if not parsed:
         return report
     with store.connect(db, wait_s=wait_s) as con:
@@ -98,6 +110,51 @@ def ingest(paths, db=None, wait_s: float = 30.0) -> IngestReport:
             con.execute("ROLLBACK")
             raise
     return report
+
+
+def _sources(paths, scratch: Path, endpoint_url: str | None) -> list[tuple[Path, str | Path]]:
+    """(local file, the name to report and store) of every results file under the paths."""
+    local = [p for p in paths if not objectstore.is_url(p)]
+    found = [(f, f) for f in find_files(local)]
+    for i, url in enumerate(p for p in paths if objectstore.is_url(p)):
+        mirror = scratch / str(i)
+        objectstore.fetch(url, mirror, endpoint_url=endpoint_url)
+        found += [(f, f"{url.rstrip('/')}/{f.relative_to(mirror).as_posix()}") for f in find_files([mirror])]
+    return found
+
+
+def _newest_copies(parsed: list[ParsedRun], report: IngestReport) -> list[ParsedRun]:
+    """One copy per run: of two that differ, the one measured later (the other reported as a conflict)."""
+    kept: dict[str, ParsedRun] = {}
+    for run in parsed:
+        rid = run_id(run.run)
+        other = kept.get(rid)
+        if other is None or other.sha == run.sha:
+            kept.setdefault(rid, run)
+            continue
+        newer, older = (run, other) if _later(run.measured_at, other.measured_at) else (other, run)
+        kept[rid] = newer
+        report.conflicts.append(f"{_describe(run.run)}: {newer.path} and {older.path} differ; kept {newer.path} "
+                                f"(measured {_when(newer.measured_at)}, the other {_when(older.measured_at)})")
+    return list(kept.values())
+
+
+def _later(a: datetime | None, b: datetime | None) -> bool:
+    """a is at least as new as b (an unknown time counts as oldest)."""
+    return b is None or (a is not None and a >= b)
+
+
+def _naive_utc(moment: datetime | None) -> datetime | None:
+    """The store's TIMESTAMP columns hold UTC without a zone."""
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment else None
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if moment else "at an unrecorded time"
+
+
+def _describe(run: dict) -> str:
+    return f"{run['machine']} at {str(run['commit_hash'])[:8]} ({run['mode']})"
 
 
 def _reason(e: Exception) -> str:
@@ -158,6 +215,17 @@ def _interval(record: dict | None) -> tuple[float | None, float | None, str | No
     return record.get("low"), record.get("high"), json.dumps(meta), record.get("samples") or None
 
 
+def _started(path: Path) -> datetime | None:
+    """When the last benchmark of an asv results file started (asv's started_at column, ms)."""
+    data = json.loads(path.read_bytes())
+    try:
+        column = data["result_columns"].index("started_at")
+        stamps = [row[column] for row in data["results"].values() if len(row) > column and row[column]]
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+    return datetime.fromtimestamp(max(stamps) / 1000, timezone.utc) if stamps else None
+
+
 def _parse_asv(path: Path, sha: str) -> ParsedRun:
     res = asv.results.Results.load(str(path))  # asv's own reader; raises on wrong api version
     machine_name = res.params.get("machine")
@@ -203,7 +271,7 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
     run = dict(machine=machine_name, commit_hash=res.commit_hash, commit_date=date,
                env_name=res.env_name, python=res.params.get("python"), source="asv",
                mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
-    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows)
+    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows, _started(path))
 
 
 def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
@@ -242,7 +310,10 @@ def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:
                env_name=f"pytest-benchmark-{mi.get('python_version', '')}",
                python=mi.get("python_version"), source="pytest-benchmark",
                mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
-    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, {}), rows)
+    measured = datetime.fromisoformat(data["datetime"]) if data.get("datetime") else None
+    if measured is not None and measured.tzinfo is None:
+        measured = measured.replace(tzinfo=timezone.utc)
+    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, {}), rows, measured)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -279,10 +350,19 @@ RESULT_SCHEMA = pa.schema([
 
 def _write(con, parsed: ParsedRun, report: IngestReport) -> None:
     rid = run_id(parsed.run)
-    old = con.execute("SELECT content_sha FROM runs WHERE run_id = ?", [rid]).fetchone()
+    old = con.execute("SELECT content_sha, source_path, measured_at FROM runs WHERE run_id = ?", [rid]).fetchone()
     if old and old[0] == parsed.sha:
         report.unchanged += 1
         return
+    if old and old[1] != str(parsed.path):  # another copy of this run: the one measured later stays
+        stored = old[2].replace(tzinfo=timezone.utc) if old[2] is not None else None
+        keep_stored = not _later(parsed.measured_at, stored)
+        kept, dropped = (old[1], parsed.path) if keep_stored else (parsed.path, old[1])
+        report.conflicts.append(f"{_describe(parsed.run)}: {parsed.path} differs from the stored copy from {old[1]}; "
+                                f"kept {kept} (the newer), not {dropped}")
+        if keep_stored:
+            report.unchanged += 1
+            return
     m = parsed.machine
     known = con.execute("SELECT gpu, libraries FROM machines WHERE machine = ?", [m["machine"]]).fetchone()
     if known and m["libraries"] == "{}" and m["gpu"] is None:  # keep what a richer record said
@@ -292,9 +372,9 @@ def _write(con, parsed: ParsedRun, report: IngestReport) -> None:
                  m["gpu_count"], m["driver"], m["cuda"], m["libraries"], m["info"]])
     con.execute("DELETE FROM results WHERE run_id = ?", [rid])
     r = parsed.run
-    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
+    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?, ?)",
                 [rid, r["machine"], r["commit_hash"], r["commit_date"], r["env_name"], r["python"],
-                 r["source"], str(parsed.path), parsed.sha, r["mode"], r["inputs"]])
+                 r["source"], str(parsed.path), parsed.sha, r["mode"], r["inputs"], _naive_utc(parsed.measured_at)])
     if parsed.rows:
         cols = list(zip(*parsed.rows))
         batch = pa.Table.from_arrays([pa.array([rid] * len(parsed.rows))] + [pa.array(c) for c in cols],

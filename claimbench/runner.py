@@ -10,6 +10,7 @@ intervals and samples behind the claims' numbers, claimbench.evidence), which in
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -47,9 +48,13 @@ def head_commit(root: Path = REPO_ROOT) -> str:
 
 
 def write_machine_file(name: str) -> dict:
-    """asv's ~/.asv-machine.json entry for this machine, written without prompting."""
+    """asv's ~/.asv-machine.json entry for this machine, written without prompting; under a lock, since
+    several runs on one host (a local fleet's nodes) would otherwise lose each other's entries."""
     info = {**Machine.get_defaults(), "machine": name}
-    MachineCollection.save(name, info)
+    lock = Path(MachineCollection.get_machine_file_path() + ".lock")
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        MachineCollection.save(name, info)
     return info
 
 

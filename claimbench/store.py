@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 2  # 2: runs carry mode and input digests, results their interval
+SCHEMA_VERSION = 3  # 2: runs carry mode and input digests, results their interval; 3: runs their measurement time
 ENV_DB = "CLAIMBENCH_DB"
 DEFAULT_DB = Path(".claimbench") / "claimbench.duckdb"
 
@@ -27,7 +27,7 @@ CREATE TABLE IF NOT EXISTS machines (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, machine TEXT, commit_hash TEXT, commit_date TIMESTAMP,
     env_name TEXT, python TEXT, source TEXT, source_path TEXT, content_sha TEXT,
-    ingested_at TIMESTAMP, mode TEXT, inputs JSON);
+    ingested_at TIMESTAMP, mode TEXT, inputs JSON, measured_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS results (
     run_id TEXT, benchmark TEXT, params TEXT, value DOUBLE, status TEXT, unit TEXT,
     direction TEXT, stats JSON, samples DOUBLE[], low DOUBLE, high DOUBLE, interval JSON);
@@ -124,11 +124,17 @@ def _migrate(con, path: Path) -> None:
         row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is not None and int(row[0]) == 1:  # everything in it came from result files: rebuild
             print(f"claimbench: {path} has schema version 1 (no intervals, modes or input digests); "
-                  "emptied for version 2: run claimbench ingest again", file=sys.stderr)
+                  f"emptied for version {SCHEMA_VERSION}: run claimbench ingest again", file=sys.stderr)
             con.execute("BEGIN")
             for table in ("meta", "machines", "runs", "results", "papers", "claims", "verdicts", "alerts"):
                 con.execute(f"DROP TABLE IF EXISTS {table}")
             con.execute("COMMIT")
+        elif row is not None and int(row[0]) == 2:  # when each run was measured: which of two copies is newer
+            con.execute("BEGIN")
+            con.execute("ALTER TABLE runs ADD COLUMN measured_at TIMESTAMP")
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+            con.execute("COMMIT")
+            return
         else:
             _check_version(con, path)
             return

@@ -152,7 +152,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     if not measured:
         if claim.not_testable:
             return Verdict(claim, machine, NOT_TESTABLE, reason=claim.not_testable)
-        reason = "no benchmark yet" if not claim.benchmark else "no result from this machine yet"
+        reason = "no benchmark yet" if not claim.benchmark else f"not measured on {machine or 'any machine'}"
         return Verdict(claim, machine, NOT_MEASURED, reason=reason)
 
     detail, passing = [], []

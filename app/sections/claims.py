@@ -24,11 +24,16 @@ for column, chosen in (("paper", paper), ("tier", tier), ("machine", machine), (
     if chosen:
         shown = shown[shown[column].isin(chosen)]
 
-table = shown[["paper", "tier", "claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
-               "conditions", "substitution", "commit"]]
-st.dataframe(table, hide_index=True, width="stretch",
-             column_config={"interval": st.column_config.TextColumn("measured [95% interval]"),
-                            "why": st.column_config.TextColumn(width="large"), **views.BADGE_COLUMN})
+side_by_side = st.toggle("Machines side by side", help="one row per claim, one column group per machine "
+                                                       "(verdict, measured, commit): a fleet run's machines at a glance")
+if side_by_side:
+    st.dataframe(queries.by_machine(shown), hide_index=True, width="stretch")
+else:
+    table = shown[["paper", "tier", "claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs",
+                   "why", "conditions", "substitution", "commit"]]
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"interval": st.column_config.TextColumn("measured [95% interval]"),
+                                "why": st.column_config.TextColumn(width="large"), **views.BADGE_COLUMN})
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(
     x=alt.X("claims:Q", title="claims x machines"),

@@ -55,6 +55,18 @@ def test_claims_page_shows_each_state(use_db):
     assert len(at.get("vega_lite_chart")) == 1
 
 
+def test_claims_side_by_side_gives_each_machine_a_column_group(use_db):
+    at = run("claims")
+    at.toggle[0].set_value(True).run()
+    df = frames(at)[0]
+    assert {"cpu-box", "cpu-box · measured", "cpu-box · commit", "gpu-box", "gpu-box · commit"} <= set(df.columns)
+    assert len(df) == len(df.drop_duplicates(["paper", "claim"]))  # one row per claim
+    lychee = df[(df["paper"] == "lychee") & (df["claim"] == "speedup-at-equal-recall")].iloc[0]
+    assert lychee["cpu-box"] == BADGE["partly"] and lychee["gpu-box"] == BADGE["gate failed"]
+    decode = df[(df["paper"] == "ssa") & (df["claim"] == "decode-speedup-1m")].iloc[0]
+    assert decode["gpu-box"] == "not measured on gpu-box" and decode["gpu-box · measured"] == ""
+
+
 def test_claims_filters(use_db):
     at = run("claims")
     at.multiselect[0].set_value(["lychee"]).run()

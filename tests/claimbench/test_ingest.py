@@ -149,3 +149,52 @@ def test_schema_version_is_checked(tmp_path):
 def test_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         ingest.ingest([tmp_path / "nope"], db=tmp_path / "s.duckdb")
+
+
+def _two_copies(tmp_path):
+    """One run (testbox at one commit) in two folders, measured an hour apart, with different values."""
+    from claimbench import asvfiles
+    commit = "ab" * 20
+    for name, hour, value in (("older", 10, 1.0), ("newer", 11, 2.0)):
+        asvfiles.write_run(tmp_path / name, "testbox", commit, date_ms=1_700_000_000_000 + hour * 3_600_000,
+                           benchmarks={"tiny.track_x": ([], [], [value], "unit")})
+    return tmp_path / "older", tmp_path / "newer"
+
+
+def _values(db):
+    with store.connect(db, read_only=True) as con:
+        return con.execute("SELECT value FROM results").fetchall()
+
+
+def test_two_copies_of_a_run_in_one_batch_keep_the_newer_and_report_the_conflict(tmp_path):
+    older, newer = _two_copies(tmp_path)
+    db = tmp_path / "s.duckdb"
+    report = ingest.ingest([newer, older], db=db)
+    assert report.added == 1 and len(report.conflicts) == 1
+    assert "testbox at abababab" in report.conflicts[0] and f"kept {newer}" in report.conflicts[0]
+    assert "conflict:" in report.summary()
+    assert _values(db) == [(2.0,)]
+
+
+def test_an_older_copy_after_the_newer_leaves_the_store_as_it_was(tmp_path):
+    older, newer = _two_copies(tmp_path)
+    db = tmp_path / "s.duckdb"
+    ingest.ingest([newer], db=db)
+    report = ingest.ingest([older], db=db)
+    assert (report.added, report.replaced, report.unchanged) == (0, 0, 1)
+    assert "(the newer), not" in report.conflicts[0] and _values(db) == [(2.0,)]
+    report = ingest.ingest([tmp_path / "older"], db=tmp_path / "t.duckdb")  # and the other way round:
+    report = ingest.ingest([newer], db=tmp_path / "t.duckdb")
+    assert report.replaced == 1 and len(report.conflicts) == 1 and _values(tmp_path / "t.duckdb") == [(2.0,)]
+
+
+def test_a_version_2_store_gains_measurement_times_and_keeps_its_runs(asv_results, tmp_path):
+    db = tmp_path / "s.duckdb"
+    ingest.ingest([asv_results], db=db)
+    with store.connect(db) as con:  # as version 2 left it
+        con.execute("ALTER TABLE runs DROP COLUMN measured_at")
+        con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    with store.connect(db, read_only=False) as con:
+        assert con.execute("SELECT count(*), count(measured_at) FROM runs").fetchone() == (1, 0)
+    report = ingest.ingest([asv_results], db=db)
+    assert report.replaced == 0 and report.unchanged == 1
