@@ -193,14 +193,15 @@ def tradeoff(version, paper: str) -> pd.DataFrame:
     columns = ["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"]
     if not set(keys) <= set(df.columns):  # no results of the suite yet
         return pd.DataFrame(columns=columns)
-    quality = df[df["benchmark"] == spec.quality].set_index(keys)["value"]
     rows = []
     for method, bench in spec.methods.items():
-        speed = df[df["benchmark"] == bench].set_index(keys)[["value", "low", "high"]]
+        part = df[df[spec.method_param] == method] if spec.method_param in df else df
+        quality = part[part["benchmark"] == spec.quality].set_index(keys)["value"]
+        speed = part[part["benchmark"] == bench].set_index(keys)[["value", "low", "high"]]
         gate = None
         if method in spec.gated:
             rule = spec.gated[method]
-            gate = df[df["benchmark"] == rule.benchmark].set_index(keys)["value"].map(rule.passes)
+            gate = part[part["benchmark"] == rule.benchmark].set_index(keys)["value"].map(rule.passes)
         for key, row in speed.iterrows():
             rows.append(dict(machine=key[0], group=key[1], point=key[2], method=method,
                              quality=quality.get(key), speed=row["value"], speed_low=row["low"], speed_high=row["high"],

@@ -6,6 +6,7 @@ fields of the implementations.
   `set_query_params`; numpy in, numpy out, shapes checked first (faiss contrib style).
 - DecodeAttention and TokenSelector: what the LLM substrate's hook points take
   (`model.attention_method`, `model.select_tokens`; claimbench/llm/model.py).
+- PromptPrefill: a prompt into a cache, pruning tokens on the way or not (TokenGate and its baselines).
 - BatchIO: a storage path reading and writing batches of aligned requests (KV store I/O).
 - ContextPolicy: what an agent's prompt holds before each model call (billed by agentcost).
 - EngineBackend: route -> engine -> run, for the accuracy-gated engine tuner.
@@ -117,6 +118,17 @@ class TokenSelector(ABC):
 
     @abstractmethod
     def select(self, layer: int, x, positions): ...
+
+
+class PromptPrefill(ABC):
+    """Prefill a prompt (token ids) into a fresh cache with room for `room` more entries: returns the
+    cache later decode steps attend to and the logits (vocab,) after the prompt's last token (the
+    first generated token is their argmax). Raises InputError for a prompt longer than the model's
+    window."""
+    name: str = "prefill"
+
+    @abstractmethod
+    def prefill(self, model, ids, room: int = 64): ...
 
 
 ALIGN = 4096

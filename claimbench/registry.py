@@ -96,7 +96,8 @@ class Board:
 
 @dataclass(frozen=True)
 class Tradeoff:
-    """A paper's quality-vs-speed plot: one point per `point` value, faceted by `group`."""
+    """A paper's quality-vs-speed plot: one point per `point` value, faceted by `group`. With
+    `method_param`, the methods are that parameter's values, each with its own quality rows."""
     quality: str
     quality_label: str
     group: str
@@ -104,6 +105,7 @@ class Tradeoff:
     speed_label: str
     methods: dict
     gated: dict = field(default_factory=dict)
+    method_param: str | None = None
 
 
 @dataclass(frozen=True)
@@ -242,11 +244,13 @@ def _with_plots(paper: Paper, raw: dict, claims: dict, where: str) -> Paper:
     tradeoff = sweep = None
     if "tradeoff" in raw:
         t, at = _get(raw, "tradeoff", where, dict), f"{where}.tradeoff"
-        _no_unknown(t, {"quality", "quality_label", "group", "point", "speed_label", "methods", "gated"}, at)
+        _no_unknown(t, {"quality", "quality_label", "group", "point", "speed_label", "methods", "gated",
+                        "method_param"}, at)
         tradeoff = Tradeoff(**{k: _get(t, k, at, str) for k in ("quality", "quality_label", "group", "point",
                                                                  "speed_label")},
                             methods=_strings(t, "methods", at), gated=_gates(_get(t, "gated", at, dict, False, {}),
-                                                                             claims, at))
+                                                                             claims, at),
+                            method_param=_get(t, "method_param", at, str, False, None))
     if "sweep" in raw:
         w, at = _get(raw, "sweep", where, dict), f"{where}.sweep"
         _no_unknown(w, {"title", "prefix", "x", "series", "metrics", "x_order"}, at)
@@ -418,7 +422,7 @@ def unresolved(reg: Registry) -> list[str]:
         if paper.tradeoff:
             t = paper.tradeoff
             for benchmark in [t.quality, *t.methods.values(), *(g.benchmark for g in t.gated.values())]:
-                params(benchmark, [t.group, t.point], f"{where}.tradeoff")
+                params(benchmark, [t.group, t.point] + [t.method_param] * bool(t.method_param), f"{where}.tradeoff")
         if paper.sweep:
             for name in paper.sweep.metrics:
                 params(paper.sweep.prefix + name, [paper.sweep.x, paper.sweep.series], f"{where}.sweep")

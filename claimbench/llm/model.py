@@ -114,15 +114,15 @@ class KVCache:
         self.lengths[layer] = end
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end], self.positions[layer][:end]
 
-    def keep(self, index: Tensor) -> None:
-        """Keep only these entries (indices into the valid range, the same in every layer), in
-        order; nothing is recomputed."""
-        length = self.length
+    def keep(self, index: Tensor, layer: int | None = None) -> None:
+        """Keep only these entries (indices into the valid range, the same in every layer, or of one
+        layer), in order; nothing is recomputed."""
+        length = self.length if layer is None else self.lengths[layer]
         index = torch.as_tensor(index, dtype=torch.long, device=self.positions[0].device).sort().values
         if len(index) and (index[0] < 0 or index[-1] >= length):
             raise IndexError(f"keep: indices must be in [0, {length})")
         n = len(index)
-        for layer in range(len(self.lengths)):
+        for layer in range(len(self.lengths)) if layer is None else [layer]:
             self.k[layer][:, :, :n] = self.k[layer][:, :, :length].index_select(2, index)
             self.v[layer][:, :, :n] = self.v[layer][:, :, :length].index_select(2, index)
             self.positions[layer][:n] = self.positions[layer][:length][index]
@@ -401,9 +401,10 @@ class Llama(nn.Module):
         entries and the logits see only the kept rows. Selectors chain in the order entered."""
         return _in_chain(self.hooks.selectors, selector)
 
-    def capture_qk(self):
-        """Collect (layer, q, k) after RoPE for every forward inside the block (captures nest)."""
-        return _in_chain(self.hooks.captures, [])
+    def capture_qk(self, layers=None, last_queries: int | None = None):
+        """Collect (layer, q, k) after RoPE for every forward inside the block (captures nest); only
+        of these layers, and only the last `last_queries` query rows, when given."""
+        return _in_chain(self.hooks.captures, _Captured(layers, last_queries))
 
     @contextmanager
     def swap_modules(self, modules: dict[str, nn.Module], trainable: bool = False):
@@ -483,6 +484,21 @@ class Llama(nn.Module):
             finally:
                 for layer, dims in saved.items():
                     self.layers[layer].attention.rope_index = dims
+
+
+class _Captured(list):
+    """A capture_qk list that keeps only some layers and the last query rows (a prefill's q at 8K is
+    20 MB a layer)."""
+
+    def __init__(self, layers=None, last_queries: int | None = None):
+        super().__init__()
+        self.layers = None if layers is None else set(layers)
+        self.last_queries = last_queries
+
+    def append(self, item) -> None:
+        layer, q, k = item
+        if self.layers is None or layer in self.layers:
+            super().append((layer, q if self.last_queries is None else q[:, :, -self.last_queries:], k))
 
 
 @contextmanager

@@ -1,0 +1,293 @@
+"""TokenGate's learned prefill pruning vs full prefill, GemFilter, FastKV and SnapKV on SmolLM2-135M
+(PAPERS.md C2), at 4K and 8K, each pruning method at two keep shares (12.5% and 25% of the prompt).
+
+The gates train first (base weights frozen, one gate set per keep share as its budget target, on
+windows of the license texts' first half and completion samples with seeds from 10,000; the
+training time is a result). Then per context, interleaved in one process: TTFT (prefill of the
+prompt and its first token) of every method against full prefill's, 6 rounds; completion-task
+accuracy (the needle task dense SmolLM2 solves; 8 samples at 4K and 6 at 8K, the needle at as many
+depths: what fits a run of about 45 minutes on 2 cores) with Wilson intervals and paired changes;
+perplexity of a 32-token continuation of held-out license text after a 4K prefix (3 segments); the share of token rows each method computes over the
+layers; at the claim's context (8K), the peak RSS of a prefill above the loaded model, each in a
+fresh process, sampled every 2 ms. SnapKV's prefill is full prefill (it compresses the cache for
+decode): it is an accuracy reference, never timed.
+The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
+bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
+4 training steps on 128-token rows (24 steps on 256-token rows in full mode).
+"""
+import math
+import os
+import threading
+import time
+
+import torch
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench import evidence, intervals, measure, metrics
+from claimbench.baselines.token_pruning import FastKV, FullPrefill, GemFilter, SnapKV
+from claimbench.datasets import longcontext as LC
+from claimbench.datasets import vectors
+from claimbench.impl import tokengate
+from claimbench.llm import evaluate
+
+from . import common
+
+QUICK = common.QUICK
+INPUTS = ("corpus", "smollm2-135m")
+CONTEXTS = {"1k": 1024} if QUICK else {"4k": 4096, "8k": 8192}
+CLAIM_CONTEXT = list(CONTEXTS)[-1]
+KEEPS = ["0.25"] if QUICK else ["0.125", "0.25"]
+METHODS = ["full", "tokengate", "gemfilter", "fastkv", "snapkv"]
+TIMED = ["full", "tokengate", "gemfilter", "fastkv"]
+SAMPLES = {"1k": 4} if QUICK else {"4k": 8, "8k": 6}  # completion samples per context (the needle at as many depths)
+PERPLEXITY_CONTEXT = list(CONTEXTS)[0]
+SEGMENTS, SCORED = (2, 16) if QUICK else (3, 32)
+ROUNDS = 3 if QUICK else 6
+TRAINING = tokengate.GateTraining(steps=4 if QUICK else 24, length=128 if QUICK else 256, batch=2, lr=0.01,
+                                  budget_weight=1.0, recent=32)
+TRAINING_SEEDS = 10_000  # completion samples for the gates: seeds far from the evaluated 0..SAMPLES-1
+NEW_TOKENS = 10
+
+
+def training_rows(tok) -> torch.Tensor:
+    """(N, length) token rows: windows of the license texts' first half, and completion samples."""
+    ids = tok.encode(LC.perplexity_text()).ids
+    first = ids[:len(ids) // 2]
+    n = TRAINING.length
+    rows = [first[i:i + n] for i in range(0, len(first) - n, n)][:64]
+    count = evaluate.token_counter(tok)
+    for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + len(rows)):
+        sample = tok.encode(LC.make(LC.COMPLETION, n - 8, count, seed).prompt()).ids[-n:]
+        if len(sample) == n:
+            rows.append(sample)
+    return torch.tensor(rows)
+
+
+def make(method: str, keep: str, gates: dict):
+    share = float(keep)
+    return {"full": FullPrefill, "tokengate": lambda: tokengate.TokenGate(gates[keep]),
+            "gemfilter": lambda: GemFilter(share), "fastkv": lambda: FastKV(share),
+            "snapkv": lambda: SnapKV(share)}[method]()
+
+
+def computed_share(model, method, cache, length: int) -> float:
+    """Token rows the method's prefill computed over the layers, over full prefill's."""
+    layers = model.config.n_layers
+    if isinstance(method, tokengate.TokenGate):
+        return method.computed_share()
+    if isinstance(method, GemFilter):
+        return ((method.filter_layer + 1) * length + layers * cache.lengths[0]) / (layers * length)
+    if isinstance(method, FastKV):
+        return sum(cache.lengths) / (layers * length)
+    return 1.0
+
+
+def configurations() -> list[tuple[str, str]]:
+    """(method, keep): full prefill once (under the first keep), every pruning method at every keep."""
+    return [("full", KEEPS[0])] + [(m, k) for m in METHODS[1:] for k in KEEPS]
+
+
+def accuracy(model, tok, eos, gates) -> tuple[dict, dict]:
+    """(context, method, keep) -> completion scores per sample, and the mean computed share."""
+    scores, shares = {}, {}
+    count = evaluate.token_counter(tok)
+    for label, length in CONTEXTS.items():
+        samples = [LC.make(LC.COMPLETION, length - 40, count, seed) for seed in range(SAMPLES[label])]
+        for sample in samples:
+            ids = tok.encode(sample.prompt()).ids
+            for method, keep in configurations():
+                pruning = make(method, keep, gates)
+                cache, _ = pruning.prefill(model, ids[:-1], room=NEW_TOKENS + 24)
+                out = evaluate.decode(model, cache, None, NEW_TOKENS, eos, token=ids[-1])
+                key = (label, method, keep)
+                scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
+                shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
+    return scores, {key: sum(v) / len(v) for key, v in shares.items()}
+
+
+def continuation_nll(model, tok, gates) -> dict:
+    """(context, method, keep) -> mean NLL of SCORED held-out tokens after a context-long prefix, per segment."""
+    ids = tok.encode(LC.perplexity_text()).ids
+    held_out = ids[len(ids) // 2:]
+    out = {}
+    for label, length in {PERPLEXITY_CONTEXT: CONTEXTS[PERPLEXITY_CONTEXT]}.items():
+        prefix = length - SCORED - 8
+        for segment in range(SEGMENTS):
+            start = segment * (len(held_out) - length) // max(1, SEGMENTS - 1) if SEGMENTS > 1 else 0
+            chunk = held_out[start:start + prefix + SCORED + 1]
+            for method, keep in configurations():
+                cache, _ = make(method, keep, gates).prefill(model, chunk[:prefix], room=SCORED + 8)
+                nll = evaluate.teacher_forced_nll(model, cache, chunk[prefix], chunk[prefix + 1:prefix + 1 + SCORED])
+                out.setdefault((label, method, keep), []).append(sum(nll) / len(nll))
+    return out
+
+
+def timing(model, gates) -> dict:
+    """(context, method, keep) -> seconds per round of prefill + first token, interleaved."""
+    out = {}
+    for label, length in CONTEXTS.items():
+        ids = torch.randint(0, model.config.vocab_size, (length - 40,), generator=torch.Generator().manual_seed(0)).tolist()
+        calls = {(method, keep): _ttft_call(model, make(method, keep, gates), ids)
+                 for method, keep in configurations() if method in TIMED}
+        for key, times in measure.interleaved(calls, rounds=ROUNDS).items():
+            out[(label, *key)] = times
+    return out
+
+
+def _ttft_call(model, pruning, ids):
+    def call():
+        _, logits = pruning.prefill(model, ids, room=8)
+        return int(logits.argmax())
+    return call
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_prefill_rss(method: str, keep: str, length: int, gates_path: str) -> int:
+    """In a fresh process: load the model, then the peak RSS during one prefill above the RSS before it."""
+    model, _, _ = common.smollm2()
+    gates = {keep: tokengate.load_gates(model, gates_path)} if method == "tokengate" else {}
+    pruning = make(method, keep, gates)
+    ids = torch.randint(0, model.config.vocab_size, (length - 40,), generator=torch.Generator().manual_seed(0)).tolist()
+    before, peak, done = _rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss())
+            time.sleep(0.002)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    pruning.prefill(model, ids, room=8)
+    done.set()
+    sampler.join()
+    return max(peak[0], _rss()) - before
+
+
+def memory(model, gates_files: dict) -> dict:
+    length = CONTEXTS[CLAIM_CONTEXT]
+    return {(CLAIM_CONTEXT, method, keep): measure.in_child(peak_prefill_rss, method, keep, length,
+                                                            str(gates_files.get(keep, "")))
+            for method, keep in configurations() if method in TIMED}
+
+
+class _Measured(common.ComputedOnce):
+    timeout = 3 * 3600
+
+    def setup_cache(self):
+        model, tok, eos = common.smollm2()
+        rows = training_rows(tok)
+        gates, logs, files, seconds = {}, {}, {}, {}
+        for keep in KEEPS:
+            started = time.monotonic()
+            knobs = tokengate.GateTraining(**{**TRAINING.__dict__, "target_keep": float(keep)})
+            gates[keep], logs[keep] = tokengate.train_gates(model, rows, knobs)
+            seconds[keep] = time.monotonic() - started
+            files[keep] = tokengate.save_gates(gates[keep], model, vectors.cache_dir() / "tokengate" / f"gates-{keep}{'-quick' if QUICK else ''}.pt")
+        scores, shares = accuracy(model, tok, eos, gates)
+        return {"training": logs, "training_s": seconds, "accuracy": scores, "shares": shares,
+                "nll": continuation_nll(model, tok, gates), "timing": timing(model, gates),
+                "memory": memory(model, files)}
+
+    @staticmethod
+    def _get(table: dict, key, why: str):
+        if key not in table:
+            raise SkipNotImplemented(why)
+        return table[key]
+
+
+class Prefill(_Measured):
+    """Every (method, keep) at every context: quality, computed share, TTFT and its speedup over full
+    prefill; the claim rows sit on (context=8k, method=tokengate)."""
+    params = (list(CONTEXTS), METHODS, KEEPS)
+    param_names = ["context", "method", "keep"]
+
+    def _key(self, context, method, keep):
+        if method == "full" and keep != KEEPS[0]:
+            raise SkipNotImplemented("full prefill has no keep share (its rows sit on the first)")
+        return context, method, keep
+
+    def _scores(self, r, context, method, keep):
+        return self._get(r["accuracy"], self._key(context, method, keep), "not measured")
+
+    @evidence.estimate
+    def track_accuracy(self, r, context, method, keep):
+        """Completion-task accuracy, Wilson interval."""
+        return intervals.rate(self._scores(r, context, method, keep))
+    track_accuracy.unit = metrics.ACCURACY.unit
+
+    @evidence.estimate
+    def track_accuracy_change_points(self, r, context, method, keep):
+        """Accuracy minus full prefill's, in points, paired over the same samples."""
+        items = list(zip(self._scores(r, context, "full", KEEPS[0]), self._scores(r, context, method, keep)))
+        return intervals.bootstrap(items, lambda xs: 100 * sum(m - f for f, m in xs) / len(xs))
+    track_accuracy_change_points.unit = metrics.POINTS.unit
+
+    def track_accuracy_margin_points(self, r, context, method, keep):
+        """The gate: accuracy minus the lower bound of full prefill's 95% interval, in points (>= 0 passes)."""
+        full = intervals.rate(self._scores(r, context, "full", KEEPS[0]))
+        return 100 * (intervals.rate(self._scores(r, context, method, keep)).value - full.low)
+    track_accuracy_margin_points.unit = metrics.POINTS.unit
+
+    @evidence.estimate
+    def track_continuation_perplexity_change(self, r, context, method, keep):
+        """Perplexity of the held-out continuation vs full prefill's, in %, paired over segments."""
+        pruned = self._get(r["nll"], self._key(context, method, keep), f"perplexity is measured at {PERPLEXITY_CONTEXT}")
+        items = list(zip(r["nll"][context, "full", KEEPS[0]], pruned))
+        return intervals.bootstrap(items, lambda xs: 100 * (math.exp(sum(m - f for f, m in xs) / len(xs)) - 1))
+    track_continuation_perplexity_change.unit = metrics.PERCENT_CHANGE.unit
+
+    def track_computed_share(self, r, context, method, keep):
+        """Token rows computed over the layers, over full prefill's (mean over the accuracy samples)."""
+        return self._get(r["shares"], self._key(context, method, keep), "not measured")
+    track_computed_share.unit = metrics.COMPUTED_SHARE.unit
+
+    def _times(self, r, context, method, keep):
+        return self._get(r["timing"], self._key(context, method, keep),
+                         "SnapKV's prefill is full prefill: it is not timed")
+
+    @evidence.estimate
+    def track_ttft_s(self, r, context, method, keep):
+        """Prefill + first token, median of interleaved rounds."""
+        return intervals.median_of(self._times(r, context, method, keep))
+    track_ttft_s.unit = metrics.SECONDS.unit
+
+    def speedup(self, r, context, method, keep) -> intervals.Estimate:
+        return intervals.ratio_of_rounds(self._times(r, context, "full", KEEPS[0]), self._times(r, context, method, keep))
+
+    @evidence.estimate
+    def track_ttft_speedup(self, r, context, method, keep):
+        """Full prefill's TTFT over the method's, per interleaved round."""
+        return self.speedup(r, context, method, keep)
+    track_ttft_speedup.unit = metrics.SPEEDUP.unit
+
+    @evidence.estimate
+    def track_ttft_speedup_claim(self, r, context, method, keep):
+        """The claim row: TokenGate's TTFT speedup at the claim's context (8K; 1K in quick mode)."""
+        if (context, method) != (CLAIM_CONTEXT, "tokengate"):
+            raise SkipNotImplemented("the claim rows are TokenGate's at the longest context")
+        return self.speedup(r, context, method, keep)
+    track_ttft_speedup_claim.unit = metrics.SPEEDUP.unit
+
+    def track_peak_prefill_rss(self, r, context, method, keep):
+        """Peak RSS during one prefill above the loaded model's, in a fresh process, at the claim's context."""
+        return self._get(r["memory"], self._key(context, method, keep), "memory is measured at the claim's context, "
+                                                                          "for the timed methods")
+    track_peak_prefill_rss.unit = metrics.BYTES.unit
+
+
+class Training(_Measured):
+    """The gates' training per keep share (its budget target)."""
+    params = (KEEPS,)
+    param_names = ["keep"]
+
+    def track_training_seconds(self, r, keep):
+        return r["training_s"][keep]
+    track_training_seconds.unit = metrics.SECONDS.unit
+
+    def track_final_kl(self, r, keep):
+        """KL from the unpruned model's next-token distribution, mean over the last 5 steps."""
+        return sum(step["kl"] for step in r["training"][keep][-5:]) / min(5, len(r["training"][keep]))
+    track_final_kl.unit = metrics.KL_DIVERGENCE.unit
