@@ -266,7 +266,7 @@ def run(fleet: FleetRun, address: str | None = None, db=None, say=print) -> list
     finally:
         ray.shutdown()
     sources = [fleet.bucket] if fleet.bucket else written
-    if sources:
+    if sources and any(o.status == "done" for o in outcomes):
         report = ingest_module.ingest(sources, db=db, endpoint_url=fleet.endpoint_url)
         say(report.summary())
     return outcomes

