@@ -66,6 +66,13 @@ def top_in_order(scores: Tensor, n: int, always: Tensor) -> Tensor:
     return torch.cat([scores.topk(n).indices, always]).sort().values
 
 
+def voted(q: Tensor, k: Tensor, keep: float, window: int, pool: int) -> Tensor:
+    """The indices FastKV and SnapKV keep of T keys: the last `window` and the best-voted others, `keep` of T in all."""
+    T = k.shape[2]
+    last = torch.arange(max(0, T - window), T)
+    return top_in_order(window_votes(q, k, pool), _kept(keep, T) - len(last), last)
+
+
 def _kept(share: float, length: int) -> int:
     if not 0.0 < share <= 1.0:
         raise ValueError(f"keep share must be in (0, 1]; got {share}")
@@ -129,9 +136,7 @@ class FastKV(PromptPrefill, TokenSelector):
         if layer != self.layer:
             return None
         _, q, k = self._captured[-1]
-        T = x.shape[1]
-        window = torch.arange(max(0, T - self.window), T)
-        return top_in_order(window_votes(q, k, self.pool), _kept(self.keep, T) - len(window), window)
+        return voted(q, k, self.keep, self.window, self.pool)
 
 
 @dataclass
@@ -146,8 +151,6 @@ class SnapKV(PromptPrefill):
         cache = model.new_cache(capacity=len(ids) + room)
         with torch.inference_mode(), model.capture_qk(last_queries=self.window) as captured:
             logits = model(torch.tensor([list(ids)]), cache, last_only=True)[0, -1]
-        T = len(ids)
-        window = torch.arange(max(0, T - self.window), T)
         for layer, q, k in captured:
-            cache.keep(top_in_order(window_votes(q, k, self.pool), _kept(self.keep, T) - len(window), window), layer)
+            cache.keep(voted(q, k, self.keep, self.window, self.pool), layer)
         return cache, logits

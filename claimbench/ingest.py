@@ -174,7 +174,7 @@ def parse(path: Path) -> ParsedRun:
     if "benchmarks" in data and "machine_info" in data:
         return _parse_pytest_benchmark(path, sha, data)
     if "result_columns" in data or "version" in data and "commit_hash" in data:
-        return _parse_asv(path, sha)
+        return _parse_asv(path, sha, data)
     raise ValueError("not an asv results file or pytest-benchmark JSON")
 
 
@@ -215,9 +215,8 @@ def _interval(record: dict | None) -> tuple[float | None, float | None, str | No
     return record.get("low"), record.get("high"), json.dumps(meta), record.get("samples") or None
 
 
-def _started(path: Path) -> datetime | None:
-    """When the last benchmark of an asv results file started (asv's started_at column, ms)."""
-    data = json.loads(path.read_bytes())
+def _started(data: dict) -> datetime | None:
+    """When the last benchmark of an asv results file (its JSON) started (asv's started_at column, ms)."""
     try:
         column = data["result_columns"].index("started_at")
         stamps = [row[column] for row in data["results"].values() if len(row) > column and row[column]]
@@ -226,7 +225,7 @@ def _started(path: Path) -> datetime | None:
     return datetime.fromtimestamp(max(stamps) / 1000, timezone.utc) if stamps else None
 
 
-def _parse_asv(path: Path, sha: str) -> ParsedRun:
+def _parse_asv(path: Path, sha: str, data: dict) -> ParsedRun:
     res = asv.results.Results.load(str(path))  # asv's own reader; raises on wrong api version
     machine_name = res.params.get("machine")
     if not machine_name or not res.commit_hash:
@@ -271,7 +270,7 @@ def _parse_asv(path: Path, sha: str) -> ParsedRun:
     run = dict(machine=machine_name, commit_hash=res.commit_hash, commit_date=date,
                env_name=res.env_name, python=res.params.get("python"), source="asv",
                mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
-    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows, _started(path))
+    return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows, _started(data))
 
 
 def _parse_pytest_benchmark(path: Path, sha: str, data: dict) -> ParsedRun:

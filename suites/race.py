@@ -208,12 +208,6 @@ class _Measured(common.ComputedOnce):
         return {"nll": nll, "recovery": recovery, "flops": flops(fitted), "accuracy": accuracy(model, tok, eos, fitted),
                 "timing": timing(model, fitted)}
 
-    @staticmethod
-    def _get(table: dict, key, why: str):
-        if key not in table:
-            raise SkipNotImplemented(why)
-        return table[key]
-
     def _claim(self, retention, method):
         if (retention, method) != (CLAIM_RETENTION, "race"):
             raise SkipNotImplemented("claim rows are RACE's at 50%")

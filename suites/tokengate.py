@@ -171,12 +171,6 @@ class _Measured(common.ComputedOnce):
                 "nll": continuation_nll(model, tok, gates), "timing": timing(model, gates),
                 "memory": memory(model, gates)}
 
-    @staticmethod
-    def _get(table: dict, key, why: str):
-        if key not in table:
-            raise SkipNotImplemented(why)
-        return table[key]
-
 
 class Prefill(_Measured):
     """Every (method, keep) at every context: quality, computed share, TTFT and its speedup over full
