@@ -16,6 +16,8 @@ fields of the implementations.
   baselines), each run a CalibrationRun.
 - RecipeProposer: the next training recipe to try (ATTUNE's tuner; every proposal goes through its
   correctness gate, which no proposer sees).
+- WeightFormat: how a model's linear weights are stored (pruned, quantized or both): its storage bits
+  per weight and the dequantized weights it stores (2:4 sparsity vs quantization).
 """
 from __future__ import annotations
 
@@ -346,3 +348,18 @@ class RecipeProposer(ABC):
 
     @abstractmethod
     def propose(self, start: dict, best: dict, history: list[dict]) -> dict | None: ...
+
+
+class WeightFormat(ABC):
+    """A storage format for linear-layer weights (claimbench/impl/sparsity24.py): `bits_per_weight()`,
+    every stored bit counted (values, scales, sparsity metadata) per original weight, and
+    `compress(weight, statistics)`: weight (out, in) -> the dequantized weight the format stores, from
+    the layer's calibration statistics where `needs_calibration` (else statistics may be None)."""
+    name = "format"
+    needs_calibration = False
+
+    @abstractmethod
+    def bits_per_weight(self) -> float: ...
+
+    @abstractmethod
+    def compress(self, weight, statistics): ...

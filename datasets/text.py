@@ -64,3 +64,9 @@ def sentences(sources=SOURCES, min_words: int = 6, max_words: int = 60) -> Itera
 def prose(source: str = "licenses") -> str:
     """One source's documents as contiguous text, in the shipped order."""
     return "\n\n".join(doc.text for doc in documents(source))
+
+
+def token_halves(tokenizer, source: str = "licenses") -> tuple[list[int], list[int]]:
+    """(calibration, held-out): the first and the second half of one source's tokens, as prose."""
+    ids = tokenizer.encode(prose(source)).ids
+    return ids[:len(ids) // 2], ids[len(ids) // 2:]

@@ -66,12 +66,6 @@ FLOPS_CONFIGS = {"smollm2": LlamaConfig.smollm2_135m(), "llama-3.2-3b": LlamaCon
 REQUEST_NEW_TOKENS = 1024
 
 
-def splits(tokenizer) -> tuple[list[int], list[int]]:
-    """(calibration, held-out): the first and second half of the license texts' tokens."""
-    ids = tokenizer.encode(text.prose("licenses")).ids
-    return ids[:len(ids) // 2], ids[len(ids) // 2:]
-
-
 def methods(model, statistics) -> dict[tuple[str, str], object]:
     """(retention, method) -> a fitted training-free compression (one full model, the paired
     reference at every retention)."""
@@ -194,7 +188,7 @@ class _Measured(common.ComputedOnce):
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
-        calibration, held_out = splits(tok)
+        calibration, held_out = text.token_halves(tok)
         statistics = headdim.calibrate(model, calibration[:CALIBRATION_TOKENS])
         fitted = methods(model, statistics)
         extra, recovery = recovered(model, statistics)

@@ -39,7 +39,8 @@ def make(cls, **kwargs):
 def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
                       interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy,
-                      interfaces.HeadDimCompression, interfaces.AdoptionPolicy, interfaces.RecipeProposer):
+                      interfaces.HeadDimCompression, interfaces.AdoptionPolicy, interfaces.RecipeProposer,
+                      interfaces.WeightFormat):
         assert implementations(interface), interface
 
 
@@ -226,3 +227,22 @@ def test_recipe_proposer_contract(cls):
         history.append({"proposer": proposer.name, "changes": {k: v for k, v in flat.items() if start[k] != v},
                         "status": "rejected", "profile": None})
     assert seen
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.WeightFormat), ids=lambda c: c.__name__)
+@pytest.mark.parametrize("bits", [16, 8, 4])
+def test_weight_format_contract(cls, bits):
+    """A format stores a weight of the same shape, no better than it (no more bits, no less error than
+    zero) and counts its bits; a width it cannot store (groups, or 2:4) is refused; plain fp16 stores any."""
+    from claimbench.baselines.weight_compression import LayerStatistics
+    torch.manual_seed(0)
+    weight, x = torch.randn(32, 128), torch.randn(256, 128)
+    fmt = make(cls, bits=bits)
+    stats = LayerStatistics((x.T @ x).double(), 256) if fmt.needs_calibration else None
+    stored = fmt.compress(weight, stats)
+    assert stored.shape == weight.shape and stored.dtype == weight.dtype
+    assert 0 < fmt.bits_per_weight() <= 16 and isinstance(fmt.name, str) and fmt.name
+    assert float((stored - weight).norm()) <= float(weight.norm())
+    if fmt.bits_per_weight() < 16:
+        with pytest.raises(interfaces.InputError):
+            fmt.compress(torch.randn(32, 66), stats if stats is None else LayerStatistics(torch.eye(66).double(), 66))

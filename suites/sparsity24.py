@@ -1,0 +1,248 @@
+"""Is 2:4 sparsity still worth it? (PAPERS.md C5) on SmolLM2-135M: 2:4 sparsity plus quantization vs
+dense quantization one precision tier lower, at equal storage bits (impl/sparsity24.py counts them).
+
+Every linear layer of the 30 blocks is stored in each format of the grid: fp16; dense INT8/6/5/4/3
+by RTN and by GPTQ; 2:4 by magnitude (fp16 values, and + INT8), Wanda and SparseGPT (fp16 values,
++ INT8, + INT6, + INT4: RTN after Wanda, joint quantization in SparseGPT's loop); scales fp16 per
+group of 64. Calibration: the first 8,192 tokens of the license texts' first half, as 16 rows of
+512, block by block. Quality: perplexity on the held-out second half (16 spans of 448 scored
+tokens after a 64-token prefix, a paired bootstrap over spans for every change) and accuracy on two
+short tasks dense SmolLM2 solves (the completion-style needle task and single-needle retrieval at
+600 tokens, 12 samples each, pooled: a Wilson interval, paired changes). Pairs at equal bits: each
+2:4 + INTb beside the dense INT(b/2 + 1) quantized the same way (RTN for magnitude and Wanda, GPTQ
+for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
+semi-structured sparsity): one block's seven linears through each kernel PyTorch has here
+(impl/sparsity24.cpu_matmuls says which are native and which emulated) at 1 and 256 tokens,
+interleaved with fp32 in one process.
+The claim rows: the perplexity ratio of 2:4 + INT8 over INT5 (and of 2:4 + INT4 over INT3), the
+lowest over the pruners (the best 2:4 recipe decides), gated on the two formats' bits per weight
+matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048
+calibration tokens, 10 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
+"""
+import math
+import time
+
+import torch
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench import evidence, intervals, measure, metrics
+from claimbench.baselines import weight_compression
+from claimbench.baselines.weight_quant import quantized
+from claimbench.datasets import longcontext as LC
+from claimbench.datasets import text
+from claimbench.impl import sparsity24
+from claimbench.llm import evaluate
+
+from . import common
+
+QUICK = common.QUICK
+INPUTS = ("corpus", "smollm2-135m")
+FP16 = sparsity24.FP16
+GRID = ({"fp16": [FP16], "rtn": [5], "wanda-2:4": [8]} if QUICK else
+        {"fp16": [FP16], "rtn": [8, 6, 5, 4, 3], "gptq": [8, 6, 5, 4, 3], "magnitude-2:4": [FP16, 8],
+         "wanda-2:4": [FP16, 8, 6, 4], "sparsegpt-2:4": [FP16, 8, 6, 4]})
+CALIBRATION_TOKENS, CALIBRATION_ROW = (2048, 512) if QUICK else (8192, 512)
+PREFIX, SCORED, SPANS = (64, 128, 10) if QUICK else (64, 448, 16)
+TASKS = {LC.COMPLETION: 5, "niah-single": 5} if QUICK else {LC.COMPLETION: 12, "niah-single": 12}
+TASK_LENGTH, NEW_TOKENS = (400, 10) if QUICK else (600, 10)
+TOKENS = ["1"] if QUICK else ["1", "256"]
+ROUNDS, CALLS_PER_ROUND = (3, 5) if QUICK else (9, 20)
+PAIRS = {"int8_vs_int5": 8, "int6_vs_int4": 6, "int4_vs_int3": 4}  # 2:4 value bits of each equal-bits pair
+
+
+def make_format(family: str, bits: int):
+    if family.endswith("-2:4"):
+        return sparsity24.SemiStructured24(family.removesuffix("-2:4"), bits)
+    return sparsity24.Dense(bits, "rtn" if family == "fp16" else family)
+
+
+FORMATS = {fmt.name: fmt for family, grid in GRID.items() for fmt in (make_format(family, b) for b in grid)}
+PRUNERS = [family.removesuffix("-2:4") for family in GRID if family.endswith("-2:4")]
+BITS_PER_WEIGHT = sorted({f"{fmt.bits_per_weight():g}" for fmt in FORMATS.values()}, key=float, reverse=True)
+FAMILIES = list(GRID)
+KERNELS = ["fp32", "int8-weight-only", "int4-weight-only", "2:4-csr", "int5-dequantize"]
+
+
+def format_name(bits_per_weight: str, family: str) -> str:
+    """The format of a (bits per weight, family) cell of the grid, or asv's skip."""
+    for bits in GRID[family]:
+        fmt = make_format(family, bits)
+        if f"{fmt.bits_per_weight():g}" == bits_per_weight:
+            return fmt.name
+    raise SkipNotImplemented(f"{family} has no format of {bits_per_weight} bits per weight in this grid")
+
+
+def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], progress=print) -> dict:
+    """Per format: bits per weight, per-span NLL, pooled task outcomes, compression time."""
+    out = {"bits": {}, "nll": {}, "accuracy": {}, "compress_s": {}}
+    for i, (name, fmt) in enumerate(FORMATS.items()):
+        started = time.perf_counter()
+        weights = weight_compression.compress_model(model, fmt, calibration)
+        out["compress_s"][name] = time.perf_counter() - started
+        if isinstance(fmt, sparsity24.SemiStructured24):
+            share = min(sparsity24.two_of_four_share(w) for w in weights.values())
+            assert share == 1.0, f"{name}: {1 - share:.2%} of some matrix's groups of 4 hold more than 2 non-zeros"
+        with quantized(model, weights):
+            out["nll"][name] = evaluate.segment_nll(model, held_out, PREFIX, SCORED, SPANS)
+        scores = evaluate.applied_task_accuracy(model, tok, eos, {name: lambda: quantized(model, weights)}, TASKS,
+                                                TASK_LENGTH, NEW_TOKENS)
+        out["accuracy"][name] = [s for task in TASKS for s in scores[name, task]]
+        out["bits"][name] = fmt.bits_per_weight()
+        ppl = intervals.bootstrap(out["nll"][name], _perplexity).value
+        progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "
+                 f"{ppl:.2f}, accuracy {sum(out['accuracy'][name]) / len(out['accuracy'][name]):.2f} "
+                 f"({out['compress_s'][name]:.0f} s to compress)", flush=True)
+    return out
+
+
+def timing(model) -> dict:
+    """(tokens, kernel) -> seconds per call of one block's seven linears, interleaved rounds."""
+    weights = [module.weight.detach() for module in weight_compression.block_linears(model).values()][:7]
+    kernels = sparsity24.cpu_matmuls(weights)
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for tokens in TOKENS:
+        xs = [torch.randn(int(tokens), w.shape[1], generator=gen) for w in weights]
+
+        def repeated(call):
+            def run():
+                with torch.inference_mode():
+                    for _ in range(CALLS_PER_ROUND):
+                        call(xs)
+            return run
+        times = measure.interleaved({name: repeated(call) for name, (call, _) in kernels.items()}, rounds=ROUNDS)
+        out.update({(tokens, name): [t / CALLS_PER_ROUND for t in ts] for name, ts in times.items()})
+    return out
+
+
+def _perplexity(spans: list[float]) -> float:
+    return math.exp(sum(spans) / len(spans))
+
+
+def perplexity_ratio(nll: dict, name: str, reference: str) -> intervals.Estimate:
+    """Perplexity of name / of reference on the same held-out spans, paired bootstrap over spans."""
+    items = list(zip(nll[reference], nll[name]))
+    return intervals.bootstrap(items, lambda xs: math.exp(sum(m - r for r, m in xs) / len(xs)))
+
+
+def accuracy_change(accuracy: dict, name: str, reference: str) -> intervals.Estimate:
+    """Task accuracy of name minus reference's, in points, paired over the same samples."""
+    items = list(zip(accuracy[reference], accuracy[name]))
+    return intervals.bootstrap(items, lambda xs: 100 * sum(m - r for r, m in xs) / len(xs))
+
+
+class _Measured(common.ComputedOnce):
+    """The one setup_cache of Formats, EqualBits and CpuMatmul (asv keys it by module and line)."""
+    timeout = 2 * 3600  # full mode: 21 formats, about 35 minutes on 2 cores
+
+    def setup_cache(self):
+        model, tok, eos = common.smollm2()
+        calibration, held_out = text.token_halves(tok)
+        rows = torch.tensor(calibration[:CALIBRATION_TOKENS]).reshape(-1, CALIBRATION_ROW)
+        out = quality(model, tok, eos, rows, held_out)
+        out["timing"] = timing(model)
+        return out
+
+
+class Formats(_Measured):
+    """Every format of the grid by (bits per weight, family): its quality, against fp16's."""
+    params = (BITS_PER_WEIGHT, FAMILIES)
+    param_names = ["bits_per_weight", "family"]
+
+    def track_bits_per_weight(self, r, bits_per_weight, family):
+        """Every stored bit (values, fp16 scales, 2:4 position codes) per original weight."""
+        return r["bits"][format_name(bits_per_weight, family)]
+    track_bits_per_weight.unit = metrics.BITS_PER_WEIGHT.unit
+
+    @evidence.estimate
+    def track_perplexity(self, r, bits_per_weight, family):
+        """Held-out perplexity, bootstrap interval over the spans."""
+        spans = r["nll"][format_name(bits_per_weight, family)]
+        return intervals.bootstrap(spans, _perplexity, spans)
+    track_perplexity.unit = metrics.PERPLEXITY.unit
+
+    @evidence.estimate
+    def track_perplexity_ratio_vs_fp16(self, r, bits_per_weight, family):
+        return perplexity_ratio(r["nll"], format_name(bits_per_weight, family), "fp16")
+    track_perplexity_ratio_vs_fp16.unit = metrics.PERPLEXITY_RATIO.unit
+
+    @evidence.estimate
+    def track_accuracy(self, r, bits_per_weight, family):
+        """Both short tasks' samples pooled, Wilson interval."""
+        return intervals.rate(r["accuracy"][format_name(bits_per_weight, family)])
+    track_accuracy.unit = metrics.ACCURACY.unit
+
+    @evidence.estimate
+    def track_accuracy_change_points(self, r, bits_per_weight, family):
+        return accuracy_change(r["accuracy"], format_name(bits_per_weight, family), "fp16")
+    track_accuracy_change_points.unit = metrics.POINTS.unit
+
+    def track_compress_s(self, r, bits_per_weight, family):
+        """Calibration and compression of every block linear (context: once per model)."""
+        return r["compress_s"][format_name(bits_per_weight, family)]
+    track_compress_s.unit = metrics.SECONDS.unit
+
+
+class EqualBits(_Measured):
+    """Each pruner's 2:4 + INTb beside the dense INT(b/2 + 1) of the same bits per weight; the claim
+    rows are the int8_vs_int5 and int4_vs_int3 perplexity ratios."""
+    params = (PRUNERS,)
+    param_names = ["pruner"]
+
+    @staticmethod
+    def pair(r, pruner: str, value_bits: int) -> tuple[str, str]:
+        """(2:4 format, its dense partner) of the grid, or asv's skip."""
+        sparse = sparsity24.SemiStructured24(pruner, value_bits)
+        dense = sparsity24.dense_partner(sparse)
+        for name in (sparse.name, dense.name):
+            if name not in r["bits"]:
+                raise SkipNotImplemented(f"{name} is not in this grid")
+        return sparse.name, dense.name
+
+
+def _add_pairs() -> None:
+    """Per pair: the perplexity ratio (the claims read int8_vs_int5 and int4_vs_int3), the bits gap
+    (their gate) and the accuracy change, e.g. track_perplexity_ratio_int8_vs_int5."""
+    for pair, value_bits in PAIRS.items():
+        def ratio(self, r, pruner, b=value_bits):
+            return perplexity_ratio(r["nll"], *self.pair(r, pruner, b))
+
+        def gap(self, r, pruner, b=value_bits):
+            sparse, dense = self.pair(r, pruner, b)
+            return r["bits"][sparse] - r["bits"][dense]
+
+        def change(self, r, pruner, b=value_bits):
+            return accuracy_change(r["accuracy"], *self.pair(r, pruner, b))
+        for name, function, unit, doc in (
+                (f"perplexity_ratio_{pair}", ratio, metrics.PERPLEXITY_RATIO.unit,
+                 "Perplexity of the 2:4 format / of the dense one at equal bits, paired over spans."),
+                (f"bits_gap_{pair}", gap, metrics.BITS_PER_WEIGHT.unit,
+                 "Bits per weight of the 2:4 format minus the dense one's (the claims' gate)."),
+                (f"accuracy_change_points_{pair}", change, metrics.POINTS.unit,
+                 "Task accuracy of the 2:4 format minus the dense one's, paired over samples.")):
+            function.__name__ = f"track_{name}"
+            function.__qualname__ = f"EqualBits.track_{name}"
+            function.__doc__ = doc
+            if name.startswith(("perplexity", "accuracy")):
+                function = evidence.estimate(function)
+            common.add_tracks(EqualBits, {name: function}, unit)
+
+
+_add_pairs()
+
+
+class CpuMatmul(_Measured):
+    """One block's seven linears through each kernel PyTorch has on this CPU, interleaved with fp32:
+    context for the speed claim, which needs a GPU (int5-dequantize is an emulation)."""
+    params = (TOKENS, KERNELS)
+    param_names = ["tokens", "kernel"]
+
+    @evidence.estimate
+    def track_seconds(self, r, tokens, kernel):
+        return intervals.median_of(r["timing"][tokens, kernel])
+    track_seconds.unit = metrics.SECONDS.unit
+
+    @evidence.estimate
+    def track_speedup_vs_fp32(self, r, tokens, kernel):
+        return intervals.ratio_of_rounds(r["timing"][tokens, "fp32"], r["timing"][tokens, kernel])
+    track_speedup_vs_fp32.unit = metrics.SPEEDUP.unit

