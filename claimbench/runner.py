@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -49,12 +50,18 @@ def head_commit(root: Path = REPO_ROOT) -> str:
 
 def write_machine_file(name: str) -> dict:
     """asv's ~/.asv-machine.json entry for this machine, written without prompting; under a lock, since
-    several runs on one host (a local fleet's nodes) would otherwise lose each other's entries."""
+    several runs on one host (a local fleet's nodes) would otherwise lose each other's entries, and
+    through a renamed copy, since their asv reads the file unlocked (an in-place write read half-way
+    is empty JSON to asv)."""
     info = {**Machine.get_defaults(), "machine": name}
-    lock = Path(MachineCollection.get_machine_file_path() + ".lock")
-    with lock.open("w") as held:
+    path = Path(MachineCollection.get_machine_file_path())
+    with Path(f"{path}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        MachineCollection.save(name, info)
+        staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        if path.is_file():
+            shutil.copyfile(path, staged)
+        MachineCollection.save(name, info, _path=str(staged))
+        os.replace(staged, path)
     return info
 
 
