@@ -70,6 +70,8 @@ LOSS_DEVIATION = Metric("relative loss deviation", "lower",
                         "largest per-step |loss - reference loss| / reference loss over a gate's check steps")
 BITS_PER_WEIGHT = Metric("bits/weight", "lower", "stored bits (values, scales, sparsity metadata) per original weight")
 PERPLEXITY_RATIO = Metric("perplexity ratio", "lower", "method perplexity / reference perplexity on the same text")
+GETS_PER_QUERY = Metric("GETs/query", "lower", "object-store GET requests per query")
+BYTES_PER_QUERY = Metric("bytes/query", "lower", "bytes read from the object store per query")
 COMPUTED_SHARE = Metric("share of token rows", "lower", "token rows a prefill computes over the layers / full prefill's")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
@@ -81,7 +83,8 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 TERABYTES_WRITTEN, HIT_RATE, RECOMPUTED_TOKENS, WRITE_AMPLIFICATION, YEARS,
                                 LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE, DOSE, NDCG,
                                 RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS, CAUGHT, FALSE_REJECTS,
-                                LOSS_DEVIATION, COMPUTED_SHARE, BITS_PER_WEIGHT, PERPLEXITY_RATIO)}
+                                LOSS_DEVIATION, COMPUTED_SHARE, BITS_PER_WEIGHT, PERPLEXITY_RATIO,
+                                GETS_PER_QUERY, BYTES_PER_QUERY)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:
