@@ -27,7 +27,6 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, measure, metrics
 from claimbench.baselines import weight_compression
-from claimbench.baselines.weight_quant import quantized
 from claimbench.datasets import longcontext as LC
 from claimbench.datasets import text
 from claimbench.impl import sparsity24
@@ -82,11 +81,8 @@ def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], pro
         if isinstance(fmt, sparsity24.SemiStructured24):
             share = min(sparsity24.two_of_four_share(w) for w in weights.values())
             assert share == 1.0, f"{name}: {1 - share:.2%} of some matrix's groups of 4 hold more than 2 non-zeros"
-        with quantized(model, weights):
-            out["nll"][name] = evaluate.segment_nll(model, held_out, PREFIX, SCORED, SPANS)
-        scores = evaluate.applied_task_accuracy(model, tok, eos, {name: lambda: quantized(model, weights)}, TASKS,
-                                                TASK_LENGTH, NEW_TOKENS)
-        out["accuracy"][name] = [s for task in TASKS for s in scores[name, task]]
+        out["nll"][name], out["accuracy"][name] = evaluate.weights_quality(
+            model, tok, eos, weights, held_out, (PREFIX, SCORED, SPANS), TASKS, TASK_LENGTH, NEW_TOKENS)
         out["bits"][name] = fmt.bits_per_weight()
         ppl = intervals.bootstrap(out["nll"][name], _perplexity).value
         progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "
@@ -120,15 +116,11 @@ def _perplexity(spans: list[float]) -> float:
 
 
 def perplexity_ratio(nll: dict, name: str, reference: str) -> intervals.Estimate:
-    """Perplexity of name / of reference on the same held-out spans, paired bootstrap over spans."""
-    items = list(zip(nll[reference], nll[name]))
-    return intervals.bootstrap(items, lambda xs: math.exp(sum(m - r for r, m in xs) / len(xs)))
+    return evaluate.perplexity_ratio(nll[reference], nll[name])
 
 
 def accuracy_change(accuracy: dict, name: str, reference: str) -> intervals.Estimate:
-    """Task accuracy of name minus reference's, in points, paired over the same samples."""
-    items = list(zip(accuracy[reference], accuracy[name]))
-    return intervals.bootstrap(items, lambda xs: 100 * sum(m - r for r, m in xs) / len(xs))
+    return evaluate.points_change(accuracy[reference], accuracy[name])
 
 
 class _Measured(common.ComputedOnce):

