@@ -35,13 +35,15 @@ def exact_top_k(query: np.ndarray, vectors: np.ndarray, ids: np.ndarray, k: int)
 
 
 @dataclass
-class ObjectStoreIVF(VectorIndex):
+class ObjectStoreIndex(VectorIndex):
+    """What an IVF index in object storage shares: its store and prefix, the manifest read at `open`
+    (checked against the index digest when given), the centroids kept locally, the probe, and a pool
+    of `fetch_threads` for its GETs."""
     nlist: int = 1024
     store: BlobStore | None = None  # None: a fresh local folder
-    prefix: str = "ivf-flat"
+    prefix: str = "index"
     fetch_threads: int = 16
     seed: int = 1234
-    name = "object-store-ivf"
     nprobe: int = field(default=1, init=False)
     counters: SearchCounters = field(default_factory=SearchCounters, init=False)
 
@@ -49,6 +51,40 @@ class ObjectStoreIVF(VectorIndex):
         self.store = self.store or new_local_store()
         self.layout = RemoteLayout(self.store, self.prefix)
         self.digest, self._centroids, self._pool = None, None, None
+
+    def _open(self, layout: str, digest: str | None) -> tuple[dict, bytes]:
+        """(the manifest, the centroids object's bytes)."""
+        manifest = self.layout.open(layout, digest)
+        self.digest, self._d, self._ntotal = manifest["digest"], manifest["d"], manifest["ntotal"]
+        self.nlist = manifest["nlist"]
+        small = self.layout.read("centroids")
+        self._centroids = np.frombuffer(small, np.float32, self.nlist * self._d).reshape(self.nlist, self._d)
+        self._pool = ThreadPoolExecutor(self.fetch_threads)
+        return manifest, small
+
+    @property
+    def ntotal(self) -> int:
+        return self._ntotal if self._centroids is not None else 0
+
+    @property
+    def d(self) -> int:
+        return self._d if self._centroids is not None else 0
+
+    def _check_nprobe(self, nprobe: int) -> int:
+        if not 1 <= nprobe <= self.nlist:
+            raise InputError(f"nprobe={nprobe} must be in [1, nlist={self.nlist}]")
+        return int(nprobe)
+
+    def probe(self, query: np.ndarray) -> np.ndarray:
+        """The nprobe lists nearest to one query."""
+        distances = ((self._centroids - query) ** 2).sum(1)
+        return np.argsort(distances, kind="stable")[:self.nprobe]
+
+
+@dataclass
+class ObjectStoreIVF(ObjectStoreIndex):
+    prefix: str = "ivf-flat"
+    name = "object-store-ivf"
 
     def build(self, xb: np.ndarray) -> None:
         from claimbench.baselines.ivf_flat import IVFFlat
@@ -61,34 +97,16 @@ class ObjectStoreIVF(VectorIndex):
             ids = ivf.list_ids(list_no)
             objects[f"lists/{list_no}"] = ids.astype(np.int64).tobytes() + xb[ids].tobytes()
             sizes.append(len(ids))
-        self.digest = self.layout.write(LAYOUT, objects, {"d": xb.shape[1], "nlist": ivf.nlist, "ntotal": len(xb),
-                                                          "list_sizes": sizes})
-        self.open(self.digest)
+        self.open(self.layout.write(LAYOUT, objects, {"d": xb.shape[1], "nlist": ivf.nlist, "ntotal": len(xb),
+                                                      "list_sizes": sizes}))
 
     def open(self, digest: str | None = None) -> None:
         """Read the manifest (checked against digest when given) and the centroids."""
-        manifest = self.layout.open(LAYOUT, digest)
-        self.digest, self._d, self._ntotal = manifest["digest"], manifest["d"], manifest["ntotal"]
-        self.nlist, self.list_sizes = manifest["nlist"], np.array(manifest["list_sizes"], np.int64)
-        self._centroids = np.frombuffer(self.layout.read("centroids"), np.float32).reshape(self.nlist, self._d)
-        self._pool = ThreadPoolExecutor(self.fetch_threads)
-
-    @property
-    def ntotal(self) -> int:
-        return self._ntotal if self._centroids is not None else 0
-
-    @property
-    def d(self) -> int:
-        return self._d if self._centroids is not None else 0
+        manifest, _ = self._open(LAYOUT, digest)
+        self.list_sizes = np.array(manifest["list_sizes"], np.int64)
 
     def set_query_params(self, nprobe: int = 1) -> None:
-        if not 1 <= nprobe <= self.nlist:
-            raise InputError(f"nprobe={nprobe} must be in [1, nlist={self.nlist}]")
-        self.nprobe = int(nprobe)
-
-    def probe(self, query: np.ndarray) -> np.ndarray:
-        distances = ((self._centroids - query) ** 2).sum(1)
-        return np.argsort(distances, kind="stable")[:self.nprobe]
+        self.nprobe = self._check_nprobe(nprobe)
 
     def _fetch_list(self, list_no: int) -> tuple[np.ndarray, np.ndarray]:
         data = self.layout.read(f"lists/{list_no}")

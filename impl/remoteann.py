@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
 
-from claimbench.baselines.object_store_ivf import exact_top_k, new_local_store
-from claimbench.blobstore import BlobStore, RemoteLayout, coalesce
-from claimbench.interfaces import InputError, SearchCounters, VectorIndex, check_vectors
+from claimbench.baselines.object_store_ivf import ObjectStoreIndex, exact_top_k
+from claimbench.blobstore import coalesce
+from claimbench.interfaces import InputError, SearchCounters, check_vectors
 
 LAYOUT = "remoteann"
 
@@ -75,25 +74,17 @@ class ListCache:
 
 
 @dataclass
-class RemoteANN(VectorIndex):
-    nlist: int = 1024
+class RemoteANN(ObjectStoreIndex):
     m: int | None = None  # PQ sub-quantizers (bytes per code); None: d / 2 (d if odd)
-    store: BlobStore | None = None  # None: a fresh local folder
     prefix: str = "remoteann"
     coalesce_gap: int = 16 * 1024
-    fetch_threads: int = 16
     cache_bytes: int = 32 * 2 ** 20
-    seed: int = 1234
     name = "remoteann"
-    nprobe: int = field(default=1, init=False)
     rerank: int = field(default=64, init=False)
-    counters: SearchCounters = field(default_factory=SearchCounters, init=False)
 
     def __post_init__(self):
-        self.store = self.store or new_local_store()
-        self.layout = RemoteLayout(self.store, self.prefix)
+        super().__post_init__()
         self.cache = ListCache(self.cache_bytes)
-        self.digest, self._centroids, self._pool = None, None, None
 
     def build(self, xb: np.ndarray) -> None:
         from claimbench.baselines.ivf_flat import IVFFlat
@@ -122,37 +113,23 @@ class RemoteANN(VectorIndex):
         code_offsets = np.concatenate([[0], np.cumsum([len(b) for b in blocks])]).tolist()
         objects = {"centroids": centroids.tobytes() + codebooks.tobytes(), "codes": b"".join(blocks),
                    "vectors": xb[np.concatenate(order)].tobytes()}
-        self.digest = self.layout.write(LAYOUT, objects, {"d": d, "m": m, "nlist": ivf.nlist, "ntotal": n,
-                                                          "code_offsets": code_offsets, "row_offsets": rows})
-        self.open(self.digest)
+        self.open(self.layout.write(LAYOUT, objects, {"d": d, "m": m, "nlist": ivf.nlist, "ntotal": n,
+                                                      "code_offsets": code_offsets, "row_offsets": rows}))
 
     def open(self, digest: str | None = None) -> None:
-        """Read the manifest (checked against digest when given) and the centroids and codebooks."""
-        manifest = self.layout.open(LAYOUT, digest)
-        self.digest, self._d, self._ntotal, self.m = manifest["digest"], manifest["d"], manifest["ntotal"], manifest["m"]
-        self.nlist = manifest["nlist"]
+        """Read the manifest (checked against digest when given), the centroids and the codebooks."""
+        manifest, small = self._open(LAYOUT, digest)
+        self.m = manifest["m"]
         self.code_offsets = np.array(manifest["code_offsets"], np.int64)
         self.row_offsets = np.array(manifest["row_offsets"], np.int64)
-        small = np.frombuffer(self.layout.read("centroids"), np.float32)
-        self._centroids = small[:self.nlist * self._d].reshape(self.nlist, self._d)
-        self._codebooks = small[self.nlist * self._d:].reshape(self.m, 256, self._d // self.m)
+        codebooks = np.frombuffer(small, np.float32, offset=4 * self.nlist * self._d)
+        self._codebooks = codebooks.reshape(self.m, 256, self._d // self.m)
         self.cache.clear()
-        self._pool = ThreadPoolExecutor(self.fetch_threads)
-
-    @property
-    def ntotal(self) -> int:
-        return self._ntotal if self._centroids is not None else 0
-
-    @property
-    def d(self) -> int:
-        return self._d if self._centroids is not None else 0
 
     def set_query_params(self, nprobe: int = 1, rerank: int | None = None) -> None:
-        if not 1 <= nprobe <= self.nlist:
-            raise InputError(f"nprobe={nprobe} must be in [1, nlist={self.nlist}]")
         if rerank is not None and rerank < 1:
             raise InputError(f"rerank={rerank} must be at least 1")
-        self.nprobe = int(nprobe)
+        self.nprobe = self._check_nprobe(nprobe)
         self.rerank = int(rerank) if rerank is not None else self.rerank
 
     def _read_ranges(self, name: str, ranges: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -172,8 +149,7 @@ class RemoteANN(VectorIndex):
         return out
 
     def _search_one(self, query: np.ndarray, k: int, counters: SearchCounters) -> tuple[np.ndarray, np.ndarray]:
-        distances = ((self._centroids - query) ** 2).sum(1)
-        lists = np.argsort(distances, kind="stable")[:self.nprobe]
+        lists = self.probe(query)
         blocks = self._code_blocks(lists)
         residuals = (query[None] - self._centroids[lists]).reshape(len(lists), self.m, 1, -1)
         tables = ((residuals - self._codebooks[None]) ** 2).sum(-1)  # (nprobe, m, 256)

@@ -155,22 +155,10 @@ def weights_quality(model: Llama, tokenizer, eos: int, weights: dict[str, torch.
     """(NLL of each held-out span, every task sample's score pooled) with `weights` (parameter name ->
     tensor, e.g. a compressed format's dequantized weights) in place of the model's own; spans is
     segment_nll's (prefix, scored, segments). The model's weights are restored after."""
-    from contextlib import contextmanager
+    from claimbench.baselines.weight_quant import quantized
 
-    params = dict(model.named_parameters())
-
-    @contextmanager
     def swapped():
-        saved = {name: params[name].detach().clone() for name in weights}
-        try:
-            with torch.no_grad():
-                for name, w in weights.items():
-                    params[name].copy_(w)
-            yield model
-        finally:
-            with torch.no_grad():
-                for name, w in saved.items():
-                    params[name].copy_(w)
+        return quantized(model, weights)
     with swapped():
         nll = segment_nll(model, held_out, *spans)
     scores = applied_task_accuracy(model, tokenizer, eos, {"weights": swapped}, tasks, length, new_tokens)
