@@ -13,6 +13,16 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   matching the torch reference (fp32) on the same inputs. Measured instead of the paper's setup:
   the attention kernel alone; the selection (proxy scores over all n keys) is not in the time, and
   the baseline is torch's SDPA, not FlashInfer.
+- `gpu.Sparse24Matmul` (PAPERS.md C5, context for the claim speed-at-equal-bits): one linear layer's
+  matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each storage format
+  through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`),
+  dense int8 x int8 (`torch._int_mm`), 2:4 int8 (semi-structured int8), weight-only int4
+  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed with CUDA
+  events, the ratio to dense fp16 per round, each kernel's relative error against the fp32 product
+  of the weight it stores (a kernel erring by more than 5% gets no speed row). No kernel for INT5
+  weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
+  these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
+  refuses on this device (shape, dtype or build) is recorded as skipped with torch's reason.
 - Lychee vs IVF-Flat on the GPU needs faiss-gpu, which the image lacks: listed as skipped.
 `--dry-run` runs the same code on the CPU under Triton's interpreter at toy sizes, writing a valid
 result file (mode `dry-run`), so the format is proven before any GPU time is spent.
@@ -40,6 +50,12 @@ DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rou
 # max |kernel - fp32 reference| on bf16 inputs (the dry run's fp32: far below), from the claim's gate
 GATE_TOLERANCE = registry.load().gate_of("gpu.SsaDecode.track_speedup_vs_dense").max
 BUDGET_S = 8 * 60  # every GPU benchmark together, within a lent machine's minutes
+SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 1536),
+                       "llama8b-ffn-up": (14336, 4096), "llama8b-ffn-down": (4096, 14336)},
+            "tokens": [16, 256, 4096], "rounds": 15}
+SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6}
+SPARSE24_KERNELS = ["fp16", "2:4-fp16", "int8", "2:4-int8", "int4-weight-only"]
+SPARSE24_MAX_ERROR = 0.05
 
 
 @dataclass
@@ -59,6 +75,8 @@ def plan(device: str) -> list[Planned]:
         gpu_faiss = False
     return [Planned("gpu.SsaDecode", "Triton sparse decode (n/50 tokens) vs torch SDPA dense decode, "
                     "32K-1M context" if device == "cuda" else "the same at toy sizes on the CPU (interpreter)", True),
+            Planned("gpu.Sparse24Matmul", "2:4 vs dense matmuls at fp16, int8 and weight-only int4" if device == "cuda"
+                    else "dense matmul at a toy size on the CPU (the 2:4 and integer kernels need CUDA)", True),
             Planned("gpu.LycheeSearch", "Lychee vs faiss IVF-Flat on the GPU", gpu_faiss,
                     "" if gpu_faiss else "faiss with GPU support is not installed on this machine")]
 
@@ -123,6 +141,111 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     return out
 
 
+def _sparse24_kernels(weight, device: str) -> dict[str, tuple[object, object]]:
+    """kernel -> (call(x fp32 (tokens, in)) -> out, the fp32 weight it stores), or (None, why) where
+    torch refuses it here. Inputs are cast inside the call as the kernel needs (part of its time)."""
+    import torch
+    import torch.nn.functional as F
+
+    from claimbench.baselines.weight_compression import magnitude_24
+    pruned = weight * magnitude_24(weight)
+    scale = weight.abs().amax(1, keepdim=True) / 127
+    out = {}
+
+    def attempt(name, build):
+        try:
+            out[name] = build()
+        except Exception as e:  # torch says why this kernel cannot run here: recorded, not raised
+            out[name] = (None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+
+    if device != "cuda":
+        attempt("fp16", lambda: ((lambda x: F.linear(x, weight)), weight))
+        for name in SPARSE24_KERNELS[1:]:
+            out[name] = (None, "needs CUDA")
+        return out
+    from torch.sparse import to_sparse_semi_structured
+    w16, p16 = weight.half(), pruned.half()
+    q8, p8 = torch.round(weight / scale).clamp(-127, 127), torch.round(pruned / scale).clamp(-127, 127)
+
+    def dense16():
+        return (lambda x: F.linear(x.half(), w16)), w16.float()
+
+    def sparse16():
+        stored = to_sparse_semi_structured(p16)
+        return (lambda x: F.linear(x.half(), stored)), p16.float()
+
+    def int8_dense():
+        w8 = q8.to(torch.int8)  # (out, in) row-major: w8.T is the column-major (in, out) operand cuBLASLt takes
+        return (lambda x: torch._int_mm(torch.round(x / _ACT_SCALE).clamp(-127, 127).to(torch.int8), w8.T).float()
+                * (scale.T * _ACT_SCALE)), q8 * scale
+
+    def int8_sparse():
+        stored = to_sparse_semi_structured(p8.to(torch.int8))
+        return (lambda x: torch.mm(stored, torch.round(x / _ACT_SCALE).clamp(-127, 127).to(torch.int8).T).float().T
+                * (scale.T * _ACT_SCALE)), p8 * scale
+
+    def int4_weight_only():
+        rows, cols = weight.shape
+        grouped = weight.reshape(rows, -1, 128)
+        low, high = grouped.amin(-1), grouped.amax(-1)
+        step = ((high - low) / 15).clamp(min=1e-8)
+        codes = torch.round((grouped - low.unsqueeze(-1)) / step.unsqueeze(-1)).clamp(0, 15).reshape(rows, cols)
+        packed_bytes = (codes[:, ::2].to(torch.uint8) << 4) | codes[:, 1::2].to(torch.uint8)
+        packed = torch._convert_weight_to_int4pack(packed_bytes.contiguous(), 8)
+        zero = low + 8 * step  # (q - 8) * scale + zero
+        scale_zero = torch.stack([step.T, zero.T], -1).to(torch.bfloat16).contiguous()
+        stored = (codes.reshape(rows, -1, 128) * step.unsqueeze(-1) + low.unsqueeze(-1)).reshape(rows, cols)
+        return (lambda x: torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, 128, scale_zero)), stored
+
+    for name, build in zip(SPARSE24_KERNELS, (dense16, sparse16, int8_dense, int8_sparse, int4_weight_only)):
+        attempt(name, build)
+    return out
+
+
+_ACT_SCALE = 4 / 127  # activations are N(0, 1) here: int8 codes of x / (4 / 127), 4 sigma at full range
+
+
+def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
+    """(shape, tokens) -> kernel -> {"seconds", "speedup" (vs fp16 dense, per round), "error"} or {"skipped"}."""
+    import torch
+    gen = torch.Generator(device=device).manual_seed(0)
+    timed = _timer(device)
+    out = {}
+    for shape_name, (rows, cols) in sizes["shapes"].items():
+        weight = torch.randn(rows, cols, generator=gen, device=device) / cols ** 0.5
+        kernels = _sparse24_kernels(weight, device)
+        for tokens in sizes["tokens"]:
+            x = torch.randn(tokens, cols, generator=gen, device=device)
+            rows_out, calls = {}, {}
+            for name, (call, stored) in kernels.items():
+                if call is None:
+                    rows_out[name] = {"skipped": stored}
+                    continue
+                try:
+                    result = call(x).float()
+                    reference = x @ stored.float().T
+                    error = float((result - reference).norm() / reference.norm())
+                except Exception as e:  # a shape this kernel refuses (e.g. too few tokens)
+                    rows_out[name] = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+                    continue
+                rows_out[name] = {"error": error}
+                if error <= SPARSE24_MAX_ERROR:
+                    calls[name] = call
+            times = {name: [] for name in calls}
+            for _ in range(sizes["rounds"]):
+                for name, call in calls.items():
+                    times[name].append(timed(lambda: call(x)))
+            for name, ts in times.items():
+                rows_out[name]["seconds"] = intervals.median_of(ts)
+                if "fp16" in times:
+                    rows_out[name]["speedup"] = intervals.ratio_of_rounds(times["fp16"], ts)
+            out[shape_name, tokens] = rows_out
+            progress(f"  2:4 matmul {shape_name} x {tokens} tokens: " + ", ".join(
+                f"{name} {r['seconds'].value * 1e6:.1f} us" if "seconds" in r else f"{name} skipped"
+                for name, r in rows_out.items()))
+    return out
+
+
 def machine_name() -> str:
     gpu = environment.gpu_info()["gpu"]
     return "gpu-" + "".join(c if c.isalnum() else "-" for c in gpu.lower()).strip("-") if gpu else socket.gethostname()
@@ -171,6 +294,7 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
                  f"device-run: {item.benchmark}: skipped ({item.why_not})")
     started = time.time()
     decode = ssa_decode(device, DRY if dry_run else FULL, progress)
+    matmuls = sparse24_matmul(device, SPARSE24_DRY if dry_run else SPARSE24, progress)
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
     ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
@@ -180,7 +304,26 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
             evidence.record(f"{bench}.track_speedup_vs_dense", params, decode[n]["speedup"], evidence_path)
         evidence.record(f"{bench}.track_dense_seconds", params, decode[n]["dense_s"], evidence_path)
         evidence.record(f"{bench}.track_sparse_seconds", params, decode[n]["sparse_s"], evidence_path)
+    shapes = sorted({shape for shape, _ in matmuls})
+    tokens = sorted({t for _, t in matmuls})
+    grid = [(shape, t, kernel) for shape in shapes for t in tokens for kernel in SPARSE24_KERNELS]
+    for shape, t, kernel in grid:
+        row = matmuls.get((shape, t), {}).get(kernel, {})
+        for field in ("speedup", "seconds"):
+            if field in row:
+                evidence.record(f"gpu.Sparse24Matmul.track_{'speedup_vs_fp16' if field == 'speedup' else 'seconds'}",
+                                {"shape": shape, "tokens": t, "kernel": kernel}, row[field], evidence_path)
+        if "skipped" in row:
+            progress(f"device-run: gpu.Sparse24Matmul {shape} {t} {kernel}: skipped ({row['skipped']})")
+
+    def column(field):
+        rows = [matmuls.get((shape, t), {}).get(kernel, {}).get(field) for shape, t, kernel in grid]
+        return [getattr(r, "value", r) for r in rows]
+    matmul_params = (["shape", "tokens", "kernel"], [shapes, tokens, SPARSE24_KERNELS])
     path = asvfiles.write_run(out, name, commit, int(started * 1000), {
+        "gpu.Sparse24Matmul.track_speedup_vs_fp16": (*matmul_params, column("speedup"), "x"),
+        "gpu.Sparse24Matmul.track_seconds": (*matmul_params, column("seconds"), "seconds"),
+        "gpu.Sparse24Matmul.track_relative_error": (*matmul_params, column("error"), "relative error"),
         f"{bench}.track_speedup_vs_dense": (["context"], [contexts],
                                             [decode[n]["speedup"].value if ok[n] else None for n in contexts], "x"),
         f"{bench}.track_max_error_vs_reference": (["context"], [contexts], [decode[n]["max_error"] for n in contexts],

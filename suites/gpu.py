@@ -56,3 +56,39 @@ class SsaDecode:
     def track_sparse_seconds(self, r, context):
         return self._point(r, context)["sparse_s"]
     track_sparse_seconds.unit = metrics.SECONDS.unit
+
+
+class Sparse24Matmul:
+    """2:4 vs dense matmuls at fp16, int8 and weight-only int4 (claimbench/device.py describes them)."""
+    params = (list(device.SPARSE24["shapes"]), device.SPARSE24["tokens"], device.SPARSE24_KERNELS)
+    param_names = ["shape", "tokens", "kernel"]
+    timeout = 1800
+
+    def setup_cache(self):
+        if not _cuda():
+            return {}
+        return device.sparse24_matmul("cuda", device.SPARSE24)
+
+    def _row(self, r, shape, tokens, kernel, field):
+        if not r:
+            raise SkipNotImplemented("needs a CUDA GPU (torch.cuda.is_available() is False here); on a lent GPU "
+                                     "machine run python -m claimbench.device --out OUT")
+        row = r[shape, tokens][kernel]
+        if field not in row:
+            raise SkipNotImplemented(row.get("skipped") or f"{kernel} erred by {row['error']:.3g} (over "
+                                     f"{device.SPARSE24_MAX_ERROR}): no speed row")
+        return row[field]
+
+    @evidence.estimate
+    def track_speedup_vs_fp16(self, r, shape, tokens, kernel):
+        return self._row(r, shape, tokens, kernel, "speedup")
+    track_speedup_vs_fp16.unit = metrics.SPEEDUP.unit
+
+    @evidence.estimate
+    def track_seconds(self, r, shape, tokens, kernel):
+        return self._row(r, shape, tokens, kernel, "seconds")
+    track_seconds.unit = metrics.SECONDS.unit
+
+    def track_relative_error(self, r, shape, tokens, kernel):
+        return self._row(r, shape, tokens, kernel, "error")
+    track_relative_error.unit = metrics.RELATIVE_ERROR.unit
