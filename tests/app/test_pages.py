@@ -101,7 +101,7 @@ def test_paper_page_has_tradeoff_history_and_csv(use_db):
     assert "Lychee" in text(at)
     assert len(at.get("vega_lite_chart")) == 2  # trade-off and history
     assert len(at.get("download_button")) == 1
-    at = run("paper", paper="e8-qat")
+    at = run("paper", paper="flow-lm")
     assert "No suite for this paper yet" in text(at)
 
 
