@@ -46,7 +46,6 @@ TASKS = {LC.COMPLETION: 5, "niah-single": 5} if QUICK else {LC.COMPLETION: 12, "
 TASK_LENGTH, NEW_TOKENS = (400, 10) if QUICK else (600, 10)
 TOKENS = ["1"] if QUICK else ["1", "256"]
 ROUNDS, CALLS_PER_ROUND = (3, 5) if QUICK else (9, 20)
-PAIRS = {"int8_vs_int5": 8, "int6_vs_int4": 6, "int4_vs_int3": 4}  # 2:4 value bits of each equal-bits pair
 
 
 def make_format(family: str, bits: int):
@@ -191,36 +190,62 @@ class EqualBits(_Measured):
                 raise SkipNotImplemented(f"{name} is not in this grid")
         return sparse.name, dense.name
 
+    def _ratio(self, r, pruner, value_bits) -> intervals.Estimate:
+        """Perplexity of the 2:4 format / of the dense one at equal bits, paired over spans."""
+        return perplexity_ratio(r["nll"], *self.pair(r, pruner, value_bits))
 
-def _add_pairs() -> None:
-    """Per pair: the perplexity ratio (the claims read int8_vs_int5 and int4_vs_int3), the bits gap
-    (their gate) and the accuracy change, e.g. track_perplexity_ratio_int8_vs_int5."""
-    for pair, value_bits in PAIRS.items():
-        def ratio(self, r, pruner, b=value_bits):
-            return perplexity_ratio(r["nll"], *self.pair(r, pruner, b))
+    def _gap(self, r, pruner, value_bits) -> float:
+        """Bits per weight of the 2:4 format minus the dense one's (the claims' gate)."""
+        sparse, dense = self.pair(r, pruner, value_bits)
+        return r["bits"][sparse] - r["bits"][dense]
 
-        def gap(self, r, pruner, b=value_bits):
-            sparse, dense = self.pair(r, pruner, b)
-            return r["bits"][sparse] - r["bits"][dense]
+    def _change(self, r, pruner, value_bits) -> intervals.Estimate:
+        """Task accuracy of the 2:4 format minus the dense one's, paired over samples."""
+        return accuracy_change(r["accuracy"], *self.pair(r, pruner, value_bits))
 
-        def change(self, r, pruner, b=value_bits):
-            return accuracy_change(r["accuracy"], *self.pair(r, pruner, b))
-        for name, function, unit, doc in (
-                (f"perplexity_ratio_{pair}", ratio, metrics.PERPLEXITY_RATIO.unit,
-                 "Perplexity of the 2:4 format / of the dense one at equal bits, paired over spans."),
-                (f"bits_gap_{pair}", gap, metrics.BITS_PER_WEIGHT.unit,
-                 "Bits per weight of the 2:4 format minus the dense one's (the claims' gate)."),
-                (f"accuracy_change_points_{pair}", change, metrics.POINTS.unit,
-                 "Task accuracy of the 2:4 format minus the dense one's, paired over samples.")):
-            function.__name__ = f"track_{name}"
-            function.__qualname__ = f"EqualBits.track_{name}"
-            function.__doc__ = doc
-            if name.startswith(("perplexity", "accuracy")):
-                function = evidence.estimate(function)
-            common.add_tracks(EqualBits, {name: function}, unit)
+    @evidence.estimate
+    def track_perplexity_ratio_int8_vs_int5(self, r, pruner):
+        """The claim accuracy-at-equal-bits."""
+        return self._ratio(r, pruner, 8)
+    track_perplexity_ratio_int8_vs_int5.unit = metrics.PERPLEXITY_RATIO.unit
 
+    @evidence.estimate
+    def track_perplexity_ratio_int6_vs_int4(self, r, pruner):
+        return self._ratio(r, pruner, 6)
+    track_perplexity_ratio_int6_vs_int4.unit = metrics.PERPLEXITY_RATIO.unit
 
-_add_pairs()
+    @evidence.estimate
+    def track_perplexity_ratio_int4_vs_int3(self, r, pruner):
+        """The claim accuracy-at-equal-bits-int4."""
+        return self._ratio(r, pruner, 4)
+    track_perplexity_ratio_int4_vs_int3.unit = metrics.PERPLEXITY_RATIO.unit
+
+    def track_bits_gap_int8_vs_int5(self, r, pruner):
+        return self._gap(r, pruner, 8)
+    track_bits_gap_int8_vs_int5.unit = metrics.BITS_PER_WEIGHT.unit
+
+    def track_bits_gap_int6_vs_int4(self, r, pruner):
+        return self._gap(r, pruner, 6)
+    track_bits_gap_int6_vs_int4.unit = metrics.BITS_PER_WEIGHT.unit
+
+    def track_bits_gap_int4_vs_int3(self, r, pruner):
+        return self._gap(r, pruner, 4)
+    track_bits_gap_int4_vs_int3.unit = metrics.BITS_PER_WEIGHT.unit
+
+    @evidence.estimate
+    def track_accuracy_change_points_int8_vs_int5(self, r, pruner):
+        return self._change(r, pruner, 8)
+    track_accuracy_change_points_int8_vs_int5.unit = metrics.POINTS.unit
+
+    @evidence.estimate
+    def track_accuracy_change_points_int6_vs_int4(self, r, pruner):
+        return self._change(r, pruner, 6)
+    track_accuracy_change_points_int6_vs_int4.unit = metrics.POINTS.unit
+
+    @evidence.estimate
+    def track_accuracy_change_points_int4_vs_int3(self, r, pruner):
+        return self._change(r, pruner, 4)
+    track_accuracy_change_points_int4_vs_int3.unit = metrics.POINTS.unit
 
 
 class CpuMatmul(_Measured):
