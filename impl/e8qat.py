@@ -28,7 +28,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
+from numba import njit, prange
 
 from claimbench.interfaces import InputError
 
@@ -43,23 +45,117 @@ BASIS = torch.tensor([[2, 0, 0, 0, 0, 0, 0, 0]] + [[0] * i + [-1, 1] + [0] * (6 
 BASIS[7] = 0.5
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _d8_into(x, row, factor, shift, out, out_row):
+    """The nearest D8 point to factor * x[row] - shift, plus shift, into out[out_row]; its squared
+    distance to factor * x[row]. Round every coordinate; an odd sum re-rounds the worst one."""
+    total, worst, worst_error = 0.0, 0, -1.0
+    for j in range(GROUP):
+        value = x[row, j] * factor - shift
+        rounded = np.rint(value)
+        out[out_row, j] = rounded
+        total += rounded
+        if abs(value - rounded) > worst_error:
+            worst, worst_error = j, abs(value - rounded)
+    if int(total) % 2:
+        value = x[row, worst] * factor - shift
+        out[out_row, worst] += 1.0 if value - out[out_row, worst] > 0 else -1.0
+    distance = 0.0
+    for j in range(GROUP):
+        out[out_row, j] += shift
+        gap = x[row, j] * factor - out[out_row, j]
+        distance += gap * gap
+    return distance
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _e8_into(x, row, factor, out, scratch):
+    """The nearest E8 point to factor * x[row] into out[row]: the closer of the D8 and D8 + 1/2 points."""
+    integer = _d8_into(x, row, factor, 0.0, out, row)
+    if _d8_into(x, row, factor, 0.5, scratch, 0) < integer:
+        out[row] = scratch[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _inside(points, row, tie):
+    """points[row] - tie inside the Voronoi cell of 4E8 around 0: <y, r> < 4 for all 240 roots r of E8.
+    Over the roots +-e_i +- e_j the largest <y, r> is the sum of the two largest |y_i|; over the roots
+    (+-1/2)^8 with an even number of minus signs, sum |y_i| / 2, less the smallest |y_i| when y has an
+    odd number of negative entries."""
+    largest, second, smallest, total, negatives = 0.0, 0.0, np.inf, 0.0, 0
+    for j in range(GROUP):
+        value = points[row, j] - tie[j]
+        size = abs(value)
+        negatives += value < 0
+        total += size
+        smallest = min(smallest, size)
+        if size > largest:
+            largest, second = size, largest
+        elif size > second:
+            second = size
+    halves = 0.5 * total - (smallest if negatives % 2 else 0.0)
+    return max(largest + second, halves) < 4
+
+
+CHUNK = 4096
+
+
+@njit(cache=True, parallel=True)
+def _nearest_rows(x, out, d8_only):
+    for chunk in prange((x.shape[0] + CHUNK - 1) // CHUNK):
+        scratch = np.empty((1, GROUP), x.dtype)
+        for row in range(chunk * CHUNK, min(x.shape[0], (chunk + 1) * CHUNK)):
+            if d8_only:
+                _d8_into(x, row, 1.0, 0.0, out, row)
+            else:
+                _e8_into(x, row, 1.0, out, scratch)
+
+
+@njit(cache=True, parallel=True)
+def _inside_rows(points, tie, out):
+    for row in prange(points.shape[0]):
+        out[row] = _inside(points, row, tie)
+
+
+@njit(cache=True, parallel=True)
+def _encode_rows(x, tie, out):
+    for chunk in prange((x.shape[0] + CHUNK - 1) // CHUNK):
+        scratch = np.empty((1, GROUP), x.dtype)
+        for row in range(chunk * CHUNK, min(x.shape[0], (chunk + 1) * CHUNK)):
+            factor = 1.0
+            for _ in range(MAX_SHRINKS + 1):
+                _e8_into(x, row, factor, out, scratch)
+                if _inside(out, row, tie):
+                    break
+                factor *= SHRINK
+            else:  # unreachable in practice: 0.9^60 shrinks anything onto the origin's cell
+                out[row] = 0.0
+
+
+def _rows(x: torch.Tensor) -> np.ndarray:
+    if x.shape[-1] != GROUP:
+        raise InputError(f"E8 codes groups of 8 coordinates; got a last dimension of {x.shape[-1]}")
+    return np.ascontiguousarray(x.detach().reshape(-1, GROUP).numpy())
+
+
+def _tie(dtype) -> np.ndarray:
+    return TIE.numpy().astype(dtype)
+
+
 def nearest_d8(x: torch.Tensor) -> torch.Tensor:
     """(..., 8) -> the nearest point of D8 (integer vectors of even sum)."""
-    rounded = torch.round(x)
-    error = x - rounded
-    worst = error.abs().argmax(-1, keepdim=True)
-    step = torch.where(torch.gather(error, -1, worst) > 0, 1.0, -1.0).to(x.dtype)
-    flipped = rounded.scatter_add(-1, worst, step)
-    odd = torch.remainder(rounded.sum(-1, keepdim=True), 2) != 0
-    return torch.where(odd, flipped, rounded)
+    rows = _rows(x)
+    out = np.empty_like(rows)
+    _nearest_rows(rows, out, True)
+    return torch.from_numpy(out).reshape(x.shape)
 
 
 def nearest_e8(x: torch.Tensor) -> torch.Tensor:
     """(..., 8) -> the nearest point of E8 = D8 u (D8 + 1/2)."""
-    integer = nearest_d8(x)
-    half = nearest_d8(x - 0.5) + 0.5
-    closer = ((x - integer) ** 2).sum(-1, keepdim=True) <= ((x - half) ** 2).sum(-1, keepdim=True)
-    return torch.where(closer, integer, half)
+    rows = _rows(x)
+    out = np.empty_like(rows)
+    _nearest_rows(rows, out, False)
+    return torch.from_numpy(out).reshape(x.shape)
 
 
 def _cell_origin(points: torch.Tensor) -> torch.Tensor:
@@ -68,16 +164,11 @@ def _cell_origin(points: torch.Tensor) -> torch.Tensor:
 
 
 def in_codebook(points: torch.Tensor) -> torch.Tensor:
-    """bool (...): the E8 point is its coset's codeword, i.e. y = point - TIE is inside the Voronoi
-    cell of 4E8 around 0: <y, r> < 4 for all 240 roots r of E8. The largest <y, r> over the roots
-    +-e_i +- e_j is the sum of the two largest |y_i|; over the roots (+-1/2)^8 with an even number of
-    minus signs, sum |y_i| / 2, less the smallest |y_i| when y has an odd number of negative entries."""
-    y = points - TIE.to(points.dtype)
-    size = y.abs()
-    pairs = size.topk(2, -1).values.sum(-1)
-    halves = 0.5 * size.sum(-1)
-    halves = torch.where(torch.remainder((y < 0).sum(-1), 2) == 1, halves - size.min(-1).values, halves)
-    return torch.maximum(pairs, halves) < 4
+    """bool (...): the E8 point is its coset's codeword (`_inside`)."""
+    rows = _rows(points)
+    out = np.empty(len(rows), np.bool_)
+    _inside_rows(rows, _tie(rows.dtype), out)
+    return torch.from_numpy(out).reshape(points.shape[:-1])
 
 
 def reduce(points: torch.Tensor) -> torch.Tensor:
@@ -87,21 +178,12 @@ def reduce(points: torch.Tensor) -> torch.Tensor:
 
 def encode(x: torch.Tensor) -> torch.Tensor:
     """(..., 8) scaled weights -> codebook points: the nearest E8 point, the vector shrunk toward 0
-    until that point is in the codebook (overload handling, module docstring)."""
-    points = nearest_e8(x)
-    flat_x, flat = x.reshape(-1, GROUP), points.reshape(-1, GROUP).clone()
-    todo = torch.nonzero(~in_codebook(flat), as_tuple=True)[0]
-    factor = 1.0
-    for _ in range(MAX_SHRINKS):
-        if len(todo) == 0:
-            break
-        factor *= SHRINK
-        candidate = nearest_e8(flat_x[todo] * factor)
-        inside = in_codebook(candidate)
-        flat[todo[inside]] = candidate[inside]
-        todo = todo[~inside]
-    flat[todo] = 0.0  # unreachable in practice: 0.9^60 shrinks anything onto the origin's cell
-    return flat.reshape(x.shape)
+    (x 0.9 per step) until that point is in the codebook (overload handling, module docstring). A numba
+    kernel over the 8-vectors: QAT encodes all 13.3M of SmolLM2's every step."""
+    rows = _rows(x)
+    out = np.empty_like(rows)
+    _encode_rows(rows, _tie(rows.dtype), out)
+    return torch.from_numpy(out).reshape(x.shape)
 
 
 def to_code(points: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,9 @@ Methods: post-training RTN 2-bit (four levels, searched scales), the E8 Voronoi 
 scales); then QAT with the same budget for the E8 code (the method) and for RTN 2-bit (so the
 comparison isolates the codebook): `STEPS` Adam steps on batches of 4 rows of 128 tokens from the
 license texts' first half, distilling the fp32 model's next-token distribution (KL), weights at lr
-5e-5 and scales at 1e-3. What the budget buys: about 20,000 training tokens, some 40 minutes on 2
-cores (an E8 step codes 13 million 8-vectors: about a minute);
-the paper trains for far longer on a GPU. Quality: perplexity on the held-out second half (16 spans
+5e-5 and scales at 1e-3. What the budget buys: about 30,000 training tokens, some 45 minutes on 2
+cores (a step is about 20 s of distillation forward and backward; an E8 step adds some 5 s to code 13
+million 8-vectors, a numba kernel); the paper trains for far longer on a GPU. Quality: perplexity on the held-out second half (16 spans
 of 448 scored tokens after a 64-token prefix; paired bootstrap for ratios) and the two short tasks
 dense SmolLM2 solves (completion needle and single needle at 600 tokens, 12 samples each, pooled).
 The paper's claim (decode throughput 1.97x fp16 at max batch) needs a GPU; the claims measured here
@@ -38,7 +38,7 @@ PTQ = {"rtn2-ptq": lambda w: two_bit.rtn_2bit(w, GROUP_SIZE), "e8-ptq": e8qat.E8
        "e8p-ptq": two_bit.E8PQuantizer(GROUP_SIZE).compress}
 QAT = {"rtn2-qat": "rtn2", "e8-qat": "e8"}
 METHODS = ["fp32", *PTQ, *QAT]
-STEPS, BATCH, LENGTH = (3, 2, 64) if QUICK else (40, 4, 128)
+STEPS, BATCH, LENGTH = (3, 2, 64) if QUICK else (60, 4, 128)
 CURVE = [str(s) for s in range(1, STEPS + 1)] if QUICK else [str(s) for s in range(5, STEPS + 1, 5)]
 PREFIX, SCORED, SPANS = (64, 128, 10) if QUICK else (64, 448, 16)
 TASKS = {LC.COMPLETION: 5, "niah-single": 5} if QUICK else {LC.COMPLETION: 12, "niah-single": 12}

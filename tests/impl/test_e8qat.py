@@ -57,6 +57,19 @@ def test_encoding_stays_in_the_codebook_and_beats_the_4_level_scalar_on_gaussian
     assert best_e8 < best_scalar < 0.13
 
 
+def test_encoding_shrinks_each_overloaded_vector_until_its_nearest_point_is_a_codeword():
+    torch.manual_seed(2)
+    x = torch.randn(300, 8) * 1.5
+    coded = e8qat.encode(x)
+    for row, found in zip(x, coded):
+        factor = 1.0
+        while not e8qat.in_codebook(e8qat.nearest_e8(row * factor)):
+            factor *= e8qat.SHRINK
+        assert torch.equal(found, e8qat.nearest_e8(row * factor))
+    with pytest.raises(InputError, match="groups of 8"):
+        e8qat.encode(torch.zeros(3, 7))
+
+
 def test_bits_per_weight_by_hand():
     assert e8qat.bits_per_weight(64) == 2.0 + 16 / 64 == 2.25
     assert e8qat.bits_per_weight(576) == pytest.approx(2.0278, abs=1e-4)
