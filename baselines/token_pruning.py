@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from claimbench.impl.tokengate import check_window, full_prefill
+from claimbench.impl.tokengate import full_prefill
 from claimbench.interfaces import PromptPrefill, TokenSelector
-from claimbench.llm.model import Llama
+from claimbench.llm.model import Llama, check_window
 
 
 @dataclass

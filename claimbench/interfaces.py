@@ -133,6 +133,22 @@ class PromptPrefill(ABC):
     def prefill(self, model, ids, room: int = 64): ...
 
 
+class Drafter(ABC):
+    """Proposes the next tokens of a greedy or sampled generation for the target model to verify
+    (claimbench/llm/speculative.py). `propose(context, k)`: context is a speculative.DraftContext (the
+    tokens so far, the last one not yet verified into the target's cache; the target's last hidden
+    state; the model and its cache); returns at most k token ids, fewer or none when it has no guess.
+    A drafter that writes into the cache truncates what it wrote before returning. `start(model, prompt)`
+    is called once per generation."""
+    name: str = "drafter"
+
+    def start(self, model, prompt) -> None:
+        """Per-generation state (none by default)."""
+
+    @abstractmethod
+    def propose(self, context, k: int) -> list[int]: ...
+
+
 ALIGN = 4096
 
 

@@ -72,6 +72,9 @@ BITS_PER_WEIGHT = Metric("bits/weight", "lower", "stored bits (values, scales, s
 PERPLEXITY_RATIO = Metric("perplexity ratio", "lower", "method perplexity / reference perplexity on the same text")
 GETS_PER_QUERY = Metric("GETs/query", "lower", "object-store GET requests per query")
 BYTES_PER_QUERY = Metric("bytes/query", "lower", "bytes read from the object store per query")
+ACCEPTANCE_LENGTH = Metric("tokens/pass", "higher", "tokens produced per target forward pass (plain decoding: 1)")
+DECODE_STEPS = Metric("decode steps", "lower", "a pass's cost in plain decode steps of the same model")
+TRAINING_LOSS = Metric("training loss", "lower", "the training objective at the end of training")
 COMPUTED_SHARE = Metric("share of token rows", "lower", "token rows a prefill computes over the layers / full prefill's")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
@@ -84,7 +87,8 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE, DOSE, NDCG,
                                 RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS, CAUGHT, FALSE_REJECTS,
                                 LOSS_DEVIATION, COMPUTED_SHARE, BITS_PER_WEIGHT, PERPLEXITY_RATIO,
-                                GETS_PER_QUERY, BYTES_PER_QUERY)}
+                                GETS_PER_QUERY, BYTES_PER_QUERY, ACCEPTANCE_LENGTH,
+                                DECODE_STEPS, TRAINING_LOSS)}
 
 
 def direction(benchmark: str, unit: str | None) -> str:

@@ -19,7 +19,6 @@ Reconstructed from the digest (our reading, not the paper's code):
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,22 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from claimbench.interfaces import InputError, PromptPrefill, TokenSelector
-from claimbench.llm.model import KVCache, Llama, rope_cos_sin
-
-
-def model_digest(model: Llama) -> str:
-    """sha256 over the model's configuration and weights: gates trained for one model refuse another."""
-    digest = hashlib.sha256(repr(model.config).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode() + tensor.detach().float().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def check_window(model: Llama, ids, room: int) -> None:
-    if len(ids) + room > model.config.max_seq_len:
-        raise InputError(f"a prompt of {len(ids)} tokens (+{room} to decode) is longer than the model's window "
-                         f"of {model.config.max_seq_len}")
+from claimbench.interfaces import PromptPrefill, TokenSelector
+from claimbench.llm.model import KVCache, Llama, check_window, load_for_model, rope_cos_sin, save_for_model
 
 
 def protected(positions: Tensor, length: int, sink: int, recent: int) -> Tensor:
@@ -193,17 +178,11 @@ def train_gates(model: Llama, rows: Tensor, knobs: GateTraining = GateTraining()
 
 def save_gates(gates: Gates, model: Llama, path: Path) -> Path:
     """The gates as a small file keyed by the model's digest."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model_digest": model_digest(model), "layers": list(gates.layers), "state": gates.state_dict()}, path)
-    return path
+    return save_for_model(path, model, layers=list(gates.layers), state=gates.state_dict())
 
 
 def load_gates(model: Llama, path: Path) -> Gates:
-    saved = torch.load(path, weights_only=True)
-    here = model_digest(model)
-    if saved["model_digest"] != here:
-        raise InputError(f"{path}: gates trained for model {saved['model_digest'][:12]}, not this one ({here[:12]}); "
-                         "train them for this model")
+    saved = load_for_model(path, model, "gates")
     gates = Gates(model.config.dim, tuple(saved["layers"]))
     gates.load_state_dict(saved["state"])
     return gates.eval().requires_grad_(False)

@@ -18,14 +18,18 @@ but decode attention chains in the order entered):
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor, nn
+
+from claimbench.interfaces import InputError
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,39 @@ class LlamaConfig:
         """Same architecture, random weights, for fast unit tests."""
         return cls(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,
                    rope_theta=10_000.0, max_seq_len=1024)
+
+
+def model_digest(model: nn.Module) -> str:
+    """sha256 over the model's configuration and weights: whatever was trained for one model (gates,
+    drafters) refuses another."""
+    digest = hashlib.sha256(repr(getattr(model, "config", None)).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().float().contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_for_model(path: Path, model: nn.Module, **payload) -> Path:
+    """Save what was trained for `model` (gates, drafter heads) with the model's digest."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model_digest": model_digest(model), **payload}, path)
+    return path
+
+
+def load_for_model(path: Path, model: nn.Module, what: str) -> dict:
+    """What save_for_model stored; InputError when it was trained for another model."""
+    saved = torch.load(path, weights_only=True)
+    here = model_digest(model)
+    if saved["model_digest"] != here:
+        raise InputError(f"{path}: {what} trained for model {saved['model_digest'][:12]}, not this one ({here[:12]}); "
+                         f"train them for this model")
+    return saved
+
+
+def check_window(model: "Llama", ids, room: int) -> None:
+    """InputError unless a prompt of len(ids) tokens and `room` more fit the model's window."""
+    if len(ids) + room > model.config.max_seq_len:
+        raise InputError(f"a prompt of {len(ids)} tokens (+{room} to decode) is longer than the model's window "
+                         f"of {model.config.max_seq_len}")
 
 
 class HookError(RuntimeError):
@@ -342,11 +379,18 @@ class Llama(nn.Module):
         and they attend to every entry the cache holds. Under a prefill token selection, the
         logits are those of the rows that reach the last layer.
         """
+        x = self.hidden_states(tokens, cache)
+        return self.output(x[:, -1:] if last_only else x)
+
+    def hidden_states(self, tokens: Tensor, cache: KVCache | None = None, layers: int | None = None) -> Tensor:
+        """forward's last hidden states (B, T, dim), after the final norm (`output` maps them to logits);
+        with `layers`, of the first that many blocks only (an early exit: the cache gains entries in
+        those layers alone)."""
         B, T = tokens.shape
         positions = cache.new_positions(T) if cache is not None else torch.arange(T, device=tokens.device)
         x = self.tok_embeddings(tokens)
         cos, sin = rope_cos_sin(positions, self.inv_freq, x.dtype)
-        for block in self.layers:
+        for block in self.layers[:layers]:
             x = block(x, cos, sin, cache, positions, self.hooks)
             if self.hooks.selectors and T > 1:
                 for selector in self.hooks.selectors:
@@ -354,9 +398,7 @@ class Llama(nn.Module):
                     if index is not None:
                         index = torch.as_tensor(index, dtype=torch.long, device=x.device).sort().values
                         x, positions, cos, sin = x[:, index], positions[index], cos[index], sin[index]
-        if last_only:
-            x = x[:, -1:]
-        return self.output(self.norm(x))
+        return self.norm(x)
 
     def train_forward(self, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
                       checkpointing: bool = False) -> Tensor:

@@ -1,5 +1,6 @@
 """Every page under streamlit's AppTest, on the fixture store and on an empty one."""
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,33 @@ def test_paper_page_has_tradeoff_history_and_csv(use_db):
     assert "Lychee" in text(at)
     assert len(at.get("vega_lite_chart")) == 2  # trade-off and history
     assert len(at.get("download_button")) == 1
-    at = run("paper", paper="flow-lm")
+
+
+def test_a_paper_without_a_suite_lists_its_claims_as_not_measured(use_db, tmp_path, monkeypatch):
+    papers = registry.DEFAULT_PAPERS.read_text() + textwrap.dedent('''
+        [[paper]]
+        id = "no-suite-yet"
+        title = "A paper with no suite yet"
+        tier = "C"
+        task = "decoding"
+        baselines = ["token-by-token AR"]
+        source = "seeds/001"
+
+        [[paper.claims]]
+        id = "throughput"
+        metric = "throughput vs token-by-token AR"
+        unit = "x"
+        direction = "higher"
+        claimed = 2.0
+        claimed_text = "2x"
+        conditions = "none"
+        baseline = "token-by-token AR"
+        neutral = 1.0
+        not_testable = "no suite yet"
+        ''')
+    (tmp_path / "papers.toml").write_text(papers)
+    monkeypatch.setattr(registry, "DEFAULT_PAPERS", tmp_path / "papers.toml")
+    at = run("paper", paper="no-suite-yet")
     assert "No suite for this paper yet" in text(at)
 
 

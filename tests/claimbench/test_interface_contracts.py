@@ -40,7 +40,7 @@ def test_every_family_has_an_implementation():
     for interface in (interfaces.VectorIndex, interfaces.DecodeAttention, interfaces.BatchIO,
                       interfaces.ContextPolicy, interfaces.EngineBackend, interfaces.KVOffloadPolicy,
                       interfaces.HeadDimCompression, interfaces.AdoptionPolicy, interfaces.RecipeProposer,
-                      interfaces.WeightFormat):
+                      interfaces.WeightFormat, interfaces.Drafter):
         assert implementations(interface), interface
 
 
@@ -246,3 +246,18 @@ def test_weight_format_contract(cls, bits):
     if fmt.bits_per_weight() < 16:
         with pytest.raises(interfaces.InputError):
             fmt.compress(torch.randn(32, 66), stats if stats is None else LayerStatistics(torch.eye(66).double(), 66))
+
+
+@pytest.mark.parametrize("cls", implementations(interfaces.Drafter), ids=lambda c: c.__name__)
+def test_drafter_contract(cls):
+    """Whatever a drafter proposes (untrained heads included), greedy speculative output is plain
+    greedy decoding's, and the drafter never proposes more than k tokens."""
+    from claimbench.llm import evaluate, speculative
+    from claimbench.llm.model import Llama, LlamaConfig
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig.tiny()).eval()
+    drafter = make(cls, dim=64, heads=3, block=3, width=32, steps=2)
+    ids = torch.randint(0, 256, (24,), generator=torch.Generator().manual_seed(1)).tolist()
+    generation = speculative.generate(model, ids, drafter, 20, k=3)
+    assert generation.tokens == evaluate.generate(model, ids, 20)
+    assert all(0 <= a <= 3 for a in generation.accepted_per_pass) and isinstance(drafter.name, str)

