@@ -47,6 +47,7 @@ class FlowDrafter(nn.Module, Drafter):
         self.dim, self.block, self.width, self.steps = dim, block, width, steps
         self.velocity = nn.Sequential(nn.Linear(block * dim + dim + TIME_FEATURES, width), nn.SiLU(),
                                       nn.Linear(width, width), nn.SiLU(), nn.Linear(width, block * dim))
+        self._read_out: dict = {}  # a plain dict: the model it holds is not a submodule
 
     def knobs(self) -> dict:
         return {"dim": self.dim, "block": self.block, "width": self.width, "steps": self.steps}
@@ -56,6 +57,14 @@ class FlowDrafter(nn.Module, Drafter):
         """The tied embedding (vocab, dim) at unit RMS, detached: the space the flow runs in."""
         weight = model.tok_embeddings.weight.detach()
         return weight / weight.pow(2).mean().sqrt()
+
+    def _read_out_table(self, model: Llama) -> tuple[Tensor, Tensor]:
+        """(scaled embeddings, their squared norms), computed once per model: drafting reads them every pass."""
+        cached = self._read_out.get("table")
+        if cached is None or cached[0] is not model:
+            embeddings = self.scaled_embeddings(model)
+            cached = self._read_out["table"] = (model, embeddings, embeddings.pow(2).sum(-1))
+        return cached[1:]
 
     def field(self, x: Tensor, t: Tensor, hidden: Tensor) -> Tensor:
         """v(x_t, t, h): x (B, block, dim), t (B,), hidden (B, dim) -> (B, block, dim)."""
@@ -79,14 +88,15 @@ class FlowDrafter(nn.Module, Drafter):
         return x
 
     @staticmethod
-    def read_out(x: Tensor, embeddings: Tensor) -> Tensor:
+    def read_out(x: Tensor, embeddings: Tensor, squared_norms: Tensor | None = None) -> Tensor:
         """(..., dim) -> (...) the token whose embedding is nearest in L2."""
-        return (2 * x @ embeddings.T - embeddings.pow(2).sum(-1)).argmax(-1)
+        norms = embeddings.pow(2).sum(-1) if squared_norms is None else squared_norms
+        return (2 * x @ embeddings.T - norms).argmax(-1)
 
     @torch.inference_mode()
     def propose(self, context, k: int) -> list[int]:
         block = self.sample(context.hidden[None])[0, :k]
-        return self.read_out(block, self.scaled_embeddings(context.model)).tolist()
+        return self.read_out(block, *self._read_out_table(context.model)).tolist()
 
 
 def train_flow(model: Llama, hidden: Tensor, future: Tensor, knobs: speculative.HeadTraining, steps: int = 4,

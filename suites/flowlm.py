@@ -41,7 +41,7 @@ K = 4  # the block size of the timed rows and the claim
 KS = ["2", "4"] if QUICK else ["2", "4", "6"]
 K_MAX = max(int(k) for k in KS)  # the learned drafters' heads / block width
 FLOW_STEPS = ["1", "4"] if QUICK else ["1", "2", "4", "8"]
-PROMPTS, PROMPT_TOKENS, NEW_TOKENS = (2, 48, 12) if QUICK else (6, 96, 48)
+PROMPTS, PROMPT_TOKENS, NEW_TOKENS = (2, 48, 12) if QUICK else (5, 96, 32)
 COPY_PASSAGE, COPY_CUE = (24, 4) if QUICK else (64, 8)
 ROUNDS = 2 if QUICK else 7
 ROWS, ROW_TOKENS = (4, 32) if QUICK else (192, 128)
@@ -99,9 +99,9 @@ def measure_all(model, tok, eos, progress=print) -> dict:
         out["steps"][task] = run_all(model, eos, None, ids_list, K)  # one token per pass: the decode step's cost
         calls = {"plain": lambda ids_list=ids_list: [evaluate.generate(model, ids, NEW_TOKENS, eos) for ids in ids_list]}
         for name in DRAFTERS:
-            drafter = make(name, learned)
-            calls[name] = lambda drafter=drafter, ids_list=ids_list: run_all(model, eos, drafter, ids_list, K)
-            out["generations"][task, name] = calls[name]()
+            def call(drafter=make(name, learned), key=(task, name), ids_list=ids_list):
+                out["generations"][key] = run_all(model, eos, drafter, ids_list, K)  # the last round's are kept
+            calls[name] = call
         for name, times in measure.interleaved(calls, rounds=ROUNDS).items():
             out["timing"][task, name] = times
         progress(f"flowlm: {task}: " + ", ".join(
@@ -109,15 +109,15 @@ def measure_all(model, tok, eos, progress=print) -> dict:
             for name in DRAFTERS), flush=True)
         for name in DRAFTERS:
             for k in KS:
-                out["sweep"][task, name, k] = run_all(model, eos, make(name, learned), ids_list, int(k))
+                out["sweep"][task, name, k] = (out["generations"][task, name] if int(k) == K else
+                                               run_all(model, eos, make(name, learned), ids_list, int(k)))
         default_steps = learned["flow"].steps
         for steps in FLOW_STEPS:
             learned["flow"].steps = int(steps)
-            out["flow_steps"][task, steps] = run_all(model, eos, learned["flow"], ids_list, K)
+            out["flow_steps"][task, steps] = (out["generations"][task, "flow"] if int(steps) == default_steps else
+                                              run_all(model, eos, learned["flow"], ids_list, K))
         learned["flow"].steps = default_steps
-    for key, generations in out["generations"].items():  # outputs kept as plain data for the tracks
-        out["generations"][key] = [_plain(g) for g in generations]
-    for table in ("steps", "sweep", "flow_steps"):
+    for table in ("generations", "steps", "sweep", "flow_steps"):  # plain data for the tracks
         out[table] = {key: [_plain(g) for g in value] for key, value in out[table].items()}
     return out
 
