@@ -23,6 +23,12 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
   these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
   refuses on this device (shape, dtype or build) is recorded as skipped with torch's reason.
+- `gpu.E8Matmul` (PAPERS.md C3, context for the claim decode-throughput): one linear layer at the same
+  shapes and 1-256 tokens, its weight stored as E8-QAT stores it (a 16-bit E8 code per 8 weights, an
+  fp16 scale per 64: 2.25 bits), through the Triton kernel that decodes the codes inside the matmul
+  (impl/e8_matmul_triton.py), through decode-then-cuBLAS, and as the decoded weight in dense fp16
+  (cuBLAS); timed and checked as the 2:4 rows are. The claim itself is end-to-end decode throughput
+  at each format's largest batch, which these rows explain but do not measure.
 - Lychee vs IVF-Flat on the GPU needs faiss-gpu, which the image lacks: listed as skipped.
 `--dry-run` runs the same code on the CPU under Triton's interpreter at toy sizes, writing a valid
 result file (mode `dry-run`), so the format is proven before any GPU time is spent.
@@ -55,7 +61,11 @@ SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 
             "tokens": [16, 256, 4096], "rounds": 15}
 SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6}
 SPARSE24_KERNELS = ["fp16", "2:4-fp16", "int8", "2:4-int8", "int4-weight-only"]
-SPARSE24_MAX_ERROR = 0.05
+MATMUL_MAX_ERROR = 0.05
+E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15}
+E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3}
+E8_KERNELS = ["fp16", "e8-triton", "e8-decode-then-fp16"]
+E8_GROUP = 64
 
 
 @dataclass
@@ -77,6 +87,8 @@ def plan(device: str) -> list[Planned]:
                     "32K-1M context" if device == "cuda" else "the same at toy sizes on the CPU (interpreter)", True),
             Planned("gpu.Sparse24Matmul", "2:4 vs dense matmuls at fp16, int8 and weight-only int4" if device == "cuda"
                     else "dense matmul at a toy size on the CPU (the 2:4 and integer kernels need CUDA)", True),
+            Planned("gpu.E8Matmul", "E8 codes decoded inside a Triton matmul vs fp16 cuBLAS, batch 1-256"
+                    if device == "cuda" else "the same at a toy size on the CPU (interpreter)", True),
             Planned("gpu.LycheeSearch", "Lychee vs faiss IVF-Flat on the GPU", gpu_faiss,
                     "" if gpu_faiss else "faiss with GPU support is not installed on this machine")]
 
@@ -141,13 +153,14 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     return out
 
 
-def _sparse24_kernels(weight, device: str) -> dict[str, tuple[object, object]]:
+def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple[object, object]]:
     """kernel -> (call(x fp32 (tokens, in)) -> out, the fp32 weight it stores), or (None, why) where
     torch refuses it here. Inputs are cast inside the call as the kernel needs (part of its time)."""
     import torch
     import torch.nn.functional as F
 
     from claimbench.baselines.weight_compression import magnitude_24
+    weight = torch.randn(rows, cols, generator=generator, device=device) / cols ** 0.5
     pruned = weight * magnitude_24(weight)
     scale = weight.abs().amax(1, keepdim=True) / 127
     out = {}
@@ -205,15 +218,34 @@ def _sparse24_kernels(weight, device: str) -> dict[str, tuple[object, object]]:
 _ACT_SCALE = 4 / 127  # activations are N(0, 1) here: int8 codes of x / (4 / 127), 4 sigma at full range
 
 
-def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
-    """(shape, tokens) -> kernel -> {"seconds", "speedup" (vs fp16 dense, per round), "error"} or {"skipped"}."""
+def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple[object, object]]:
+    """E8-QAT's storage (random 16-bit codes, an fp16 scale per 64 weights) through the Triton kernel that
+    decodes inside the matmul, through decode-then-cuBLAS, and the decoded weight as dense fp16."""
+    import torch
+    import torch.nn.functional as F
+
+    from claimbench.impl import e8_matmul_triton as kernel
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    codes = torch.randint(0, 2 ** 16, (rows, cols // 8), generator=generator, device=device)
+    packed = kernel.pack(codes)
+    scales = torch.full((rows, cols // E8_GROUP), cols ** -0.5, device=device).to(dtype)
+    table = kernel.codebook_table(dtype, device)
+    weight = kernel.dequantize(packed, scales, table, E8_GROUP)
+    return {"fp16": ((lambda x: F.linear(x.to(dtype), weight)), weight.float()),
+            "e8-triton": ((lambda x: kernel.e8_matmul(x.to(dtype), packed, scales, table, E8_GROUP)), weight.float()),
+            "e8-decode-then-fp16": ((lambda x: F.linear(x.to(dtype), kernel.dequantize(packed, scales, table, E8_GROUP))),
+                                    weight.float())}
+
+
+def matmul_rows(device: str, sizes: dict, build, label: str, progress=print) -> dict:
+    """(shape, tokens) -> kernel -> {"seconds", "speedup" (vs fp16 dense, per round), "error"} or {"skipped"},
+    for the kernels build(rows, cols, generator, device) makes per shape."""
     import torch
     gen = torch.Generator(device=device).manual_seed(0)
     timed = _timer(device)
     out = {}
     for shape_name, (rows, cols) in sizes["shapes"].items():
-        weight = torch.randn(rows, cols, generator=gen, device=device) / cols ** 0.5
-        kernels = _sparse24_kernels(weight, device)
+        kernels = build(rows, cols, gen, device)
         for tokens in sizes["tokens"]:
             x = torch.randn(tokens, cols, generator=gen, device=device)
             rows_out, calls = {}, {}
@@ -229,7 +261,7 @@ def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
                     rows_out[name] = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
                     continue
                 rows_out[name] = {"error": error}
-                if error <= SPARSE24_MAX_ERROR:
+                if error <= MATMUL_MAX_ERROR:
                     calls[name] = call
             times = {name: [] for name in calls}
             for _ in range(sizes["rounds"]):
@@ -240,10 +272,43 @@ def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
                 if "fp16" in times:
                     rows_out[name]["speedup"] = intervals.ratio_of_rounds(times["fp16"], ts)
             out[shape_name, tokens] = rows_out
-            progress(f"  2:4 matmul {shape_name} x {tokens} tokens: " + ", ".join(
+            progress(f"  {label} {shape_name} x {tokens} tokens: " + ", ".join(
                 f"{name} {r['seconds'].value * 1e6:.1f} us" if "seconds" in r else f"{name} skipped"
                 for name, r in rows_out.items()))
     return out
+
+
+def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
+    """2:4 vs dense at each tier torch has (module docstring)."""
+    return matmul_rows(device, sizes, _sparse24_kernels, "2:4 matmul", progress)
+
+
+def e8_matmul(device: str, sizes: dict, progress=print) -> dict:
+    """E8 codes decoded inside the matmul vs fp16 (module docstring)."""
+    return matmul_rows(device, sizes, _e8_kernels, "E8 matmul", progress)
+
+
+def _matmul_columns(bench: str, matmuls: dict, kernels: list[str], evidence_path: Path, progress) -> dict:
+    """asv columns of a matmul_rows result (speedup vs fp16, seconds, relative error), intervals recorded."""
+    shapes = sorted({shape for shape, _ in matmuls})
+    tokens = sorted({t for _, t in matmuls})
+    grid = [(shape, t, kernel) for shape in shapes for t in tokens for kernel in kernels]
+    for shape, t, kernel in grid:
+        row = matmuls.get((shape, t), {}).get(kernel, {})
+        for field in ("speedup", "seconds"):
+            if field in row:
+                evidence.record(f"{bench}.track_{'speedup_vs_fp16' if field == 'speedup' else 'seconds'}",
+                                {"shape": shape, "tokens": t, "kernel": kernel}, row[field], evidence_path)
+        if "skipped" in row:
+            progress(f"device-run: {bench} {shape} {t} {kernel}: skipped ({row['skipped']})")
+
+    def column(field):
+        rows = [matmuls.get((shape, t), {}).get(kernel, {}).get(field) for shape, t, kernel in grid]
+        return [getattr(r, "value", r) for r in rows]
+    params = (["shape", "tokens", "kernel"], [shapes, tokens, kernels])
+    return {f"{bench}.track_speedup_vs_fp16": (*params, column("speedup"), "x"),
+            f"{bench}.track_seconds": (*params, column("seconds"), "seconds"),
+            f"{bench}.track_relative_error": (*params, column("error"), "relative error")}
 
 
 def machine_name() -> str:
@@ -295,6 +360,7 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
     started = time.time()
     decode = ssa_decode(device, DRY if dry_run else FULL, progress)
     matmuls = sparse24_matmul(device, SPARSE24_DRY if dry_run else SPARSE24, progress)
+    e8 = e8_matmul(device, E8_DRY if dry_run else E8, progress)
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
     ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
@@ -304,26 +370,9 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
             evidence.record(f"{bench}.track_speedup_vs_dense", params, decode[n]["speedup"], evidence_path)
         evidence.record(f"{bench}.track_dense_seconds", params, decode[n]["dense_s"], evidence_path)
         evidence.record(f"{bench}.track_sparse_seconds", params, decode[n]["sparse_s"], evidence_path)
-    shapes = sorted({shape for shape, _ in matmuls})
-    tokens = sorted({t for _, t in matmuls})
-    grid = [(shape, t, kernel) for shape in shapes for t in tokens for kernel in SPARSE24_KERNELS]
-    for shape, t, kernel in grid:
-        row = matmuls.get((shape, t), {}).get(kernel, {})
-        for field in ("speedup", "seconds"):
-            if field in row:
-                evidence.record(f"gpu.Sparse24Matmul.track_{'speedup_vs_fp16' if field == 'speedup' else 'seconds'}",
-                                {"shape": shape, "tokens": t, "kernel": kernel}, row[field], evidence_path)
-        if "skipped" in row:
-            progress(f"device-run: gpu.Sparse24Matmul {shape} {t} {kernel}: skipped ({row['skipped']})")
-
-    def column(field):
-        rows = [matmuls.get((shape, t), {}).get(kernel, {}).get(field) for shape, t, kernel in grid]
-        return [getattr(r, "value", r) for r in rows]
-    matmul_params = (["shape", "tokens", "kernel"], [shapes, tokens, SPARSE24_KERNELS])
     path = asvfiles.write_run(out, name, commit, int(started * 1000), {
-        "gpu.Sparse24Matmul.track_speedup_vs_fp16": (*matmul_params, column("speedup"), "x"),
-        "gpu.Sparse24Matmul.track_seconds": (*matmul_params, column("seconds"), "seconds"),
-        "gpu.Sparse24Matmul.track_relative_error": (*matmul_params, column("error"), "relative error"),
+        **_matmul_columns("gpu.Sparse24Matmul", matmuls, SPARSE24_KERNELS, evidence_path, progress),
+        **_matmul_columns("gpu.E8Matmul", e8, E8_KERNELS, evidence_path, progress),
         f"{bench}.track_speedup_vs_dense": (["context"], [contexts],
                                             [decode[n]["speedup"].value if ok[n] else None for n in contexts], "x"),
         f"{bench}.track_max_error_vs_reference": (["context"], [contexts], [decode[n]["max_error"] for n in contexts],

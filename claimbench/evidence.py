@@ -38,15 +38,16 @@ def record(benchmark: str, params: dict, estimate: Estimate, path: str | os.Path
 
 def estimate(track):
     """Decorator for a track_ method returning an Estimate: asv sees the value, the evidence file
-    the interval. The benchmark's name and params are asv's: module.Class.track_name, and the
-    param_names zipped with the arguments after setup_cache's result."""
+    the interval. The benchmark's name and params are asv's: module.Class.track_name (the class of the
+    instance, so a track inherited from a base class is named as asv names it), and the param_names
+    zipped with the arguments after setup_cache's result."""
     module = track.__module__.rsplit(".", 1)[-1]
 
     @functools.wraps(track)
     def tracked(self, *args):
         result = track(self, *args)
         values = args[1:] if hasattr(self, "setup_cache") else args
-        record(f"{module}.{track.__qualname__}", dict(zip(getattr(self, "param_names", ()), values)), result)
+        record(f"{module}.{type(self).__name__}.{track.__name__}", dict(zip(getattr(self, "param_names", ()), values)), result)
         return result.value
     return tracked
 

@@ -12,7 +12,9 @@ cores (a step is about 20 s of distillation forward and backward; an E8 step add
 million 8-vectors, a numba kernel); the paper trains for far longer on a GPU. Quality: perplexity on the held-out second half (16 spans
 of 448 scored tokens after a 64-token prefix; paired bootstrap for ratios) and the two short tasks
 dense SmolLM2 solves (completion needle and single needle at 600 tokens, 12 samples each, pooled).
-The paper's claim (decode throughput 1.97x fp16 at max batch) needs a GPU; the claims measured here
+Weight bytes a decode step reads (the memory-bound model of decode speed) are context. The paper's claim
+(decode throughput 1.97x fp16 at max batch) needs a GPU: `claimbench device-run` times the kernel under it
+(gpu.E8Matmul, codes decoded inside a Triton matmul vs fp16 cuBLAS); the claims measured here
 are this project's own: E8-QAT's perplexity against RTN-2bit QAT's (same budget, same bits) and
 against E8P post-training, gated on equal bits per weight.
 CLAIMBENCH_QUICK=1: 3 QAT steps of 2 rows of 64 tokens, 10 spans of 128 tokens, 5 samples per task.
@@ -59,7 +61,8 @@ def measure(model, tok, eos, progress=print) -> dict:
     calibration, held_out = text.token_halves(tok)
     usable = len(calibration) // LENGTH * LENGTH
     rows = torch.tensor(calibration[:usable]).reshape(-1, LENGTH)
-    out = {"nll": {}, "accuracy": {}, "seconds": {}, "losses": {}}
+    out = {"nll": {}, "accuracy": {}, "seconds": {}, "losses": {},
+           "block_weights": sum(module.weight.numel() for module in block_linears(model).values())}
     for method in METHODS:
         started = time.perf_counter()
         if method == "fp32":
@@ -124,6 +127,12 @@ class Methods(_Measured):
     def track_accuracy_change_points(self, r, method):
         return evaluate.points_change(r["accuracy"]["fp32"], r["accuracy"][method])
     track_accuracy_change_points.unit = metrics.POINTS.unit
+
+    def track_weight_bytes_per_token(self, r, method):
+        """Bytes of block-linear weights (codes and scales) a decode step reads: at batch 1 decode is
+        memory-bound, so this is the CPU's model of the throughput claim (context, not the claim)."""
+        return r["block_weights"] * bits(method)[1] / 8
+    track_weight_bytes_per_token.unit = metrics.BYTES.unit
 
     def track_quantize_s(self, r, method):
         """Time to quantize (post-training) or to train (QAT) every block linear."""

@@ -58,16 +58,16 @@ class SsaDecode:
     track_sparse_seconds.unit = metrics.SECONDS.unit
 
 
-class Sparse24Matmul:
-    """2:4 vs dense matmuls at fp16, int8 and weight-only int4 (claimbench/device.py describes them)."""
-    params = (list(device.SPARSE24["shapes"]), device.SPARSE24["tokens"], device.SPARSE24_KERNELS)
+class _MatmulRows:
+    """Per (shape, tokens, kernel) of device.matmul_rows: speedup vs fp16, seconds, relative error."""
     param_names = ["shape", "tokens", "kernel"]
     timeout = 1800
+    measure = sizes = None
 
     def setup_cache(self):
         if not _cuda():
             return {}
-        return device.sparse24_matmul("cuda", device.SPARSE24)
+        return type(self).measure("cuda", self.sizes)
 
     def _row(self, r, shape, tokens, kernel, field):
         if not r:
@@ -76,7 +76,7 @@ class Sparse24Matmul:
         row = r[shape, tokens][kernel]
         if field not in row:
             raise SkipNotImplemented(row.get("skipped") or f"{kernel} erred by {row['error']:.3g} (over "
-                                     f"{device.SPARSE24_MAX_ERROR}): no speed row")
+                                     f"{device.MATMUL_MAX_ERROR}): no speed row")
         return row[field]
 
     @evidence.estimate
@@ -92,3 +92,15 @@ class Sparse24Matmul:
     def track_relative_error(self, r, shape, tokens, kernel):
         return self._row(r, shape, tokens, kernel, "error")
     track_relative_error.unit = metrics.RELATIVE_ERROR.unit
+
+
+class Sparse24Matmul(_MatmulRows):
+    """2:4 vs dense matmuls at fp16, int8 and weight-only int4 (claimbench/device.py describes them)."""
+    params = (list(device.SPARSE24["shapes"]), device.SPARSE24["tokens"], device.SPARSE24_KERNELS)
+    measure, sizes = staticmethod(device.sparse24_matmul), device.SPARSE24
+
+
+class E8Matmul(_MatmulRows):
+    """E8 codes decoded inside a Triton matmul vs fp16 cuBLAS (claimbench/device.py describes them)."""
+    params = (list(device.E8["shapes"]), device.E8["tokens"], device.E8_KERNELS)
+    measure, sizes = staticmethod(device.e8_matmul), device.E8

@@ -2,7 +2,7 @@
 import pytest
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from claimbench import appserver
+from claimbench import appserver, device
 from claimbench.suites import gpu, harness
 
 
@@ -20,6 +20,21 @@ def test_gpu_rows_without_a_gpu_are_one_skip_line(monkeypatch):
     r = suite.setup_cache()
     with pytest.raises(SkipNotImplemented, match="needs a CUDA GPU"):
         suite.track_speedup_vs_dense(r, 32_768)
+    for matmuls in (gpu.Sparse24Matmul(), gpu.E8Matmul()):
+        with pytest.raises(SkipNotImplemented, match="needs a CUDA GPU"):
+            matmuls.track_seconds(matmuls.setup_cache(), "smollm2-ffn-up", 16, "fp16")
+
+
+def test_matmul_rows_on_the_cpu_time_every_kernel_the_device_allows():
+    """The E8 rows' kernels on the CPU under Triton's interpreter are only for the dry run (a subprocess,
+    tests/claimbench/test_device.py); here dense fp16 alone, through the shared row logic."""
+    import torch
+    rows = device.matmul_rows("cpu", {"shapes": {"toy": (32, 64)}, "tokens": [4], "rounds": 2},
+                              lambda rows, cols, generator, where: {
+                                  "fp16": ((lambda x, w=torch.ones(rows, cols): x @ w.T), torch.ones(rows, cols)),
+                                  "refused": (None, "needs CUDA")}, "toy")
+    row = rows["toy", 4]
+    assert row["fp16"]["error"] == 0 and row["fp16"]["speedup"].value == 1.0 and row["refused"] == {"skipped": "needs CUDA"}
 
 
 def test_planted_alert_outcomes_are_rates_with_intervals():
