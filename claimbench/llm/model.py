@@ -13,7 +13,9 @@ but decode attention chains in the order entered):
 - `model.slice_qk({layer: pairs})`: the rotary pairs q/k keep per layer and KV head (RACE's sliced
   projections; an attention module of one's own goes in with `swap_modules`);
 - `cache.keep(idx)` / `cache.drop(idx)` / `cache.truncate(position)`: edit the cache in place.
-`model.train_forward(tokens, positions, mask)` is the training pass over packed or padded rows
+`model.hidden_states(tokens, cache, layers=n)` is forward without the LM head, optionally of the first n
+blocks only (drafters read it; an early exit drafts with it). `model.train_forward(tokens, positions, mask)`
+is the training pass over packed or padded rows
 (ATTUNE's training jobs): per-row positions, a per-document mask, optional activation checkpointing.
 """
 from __future__ import annotations
@@ -379,13 +381,13 @@ class Llama(nn.Module):
         and they attend to every entry the cache holds. Under a prefill token selection, the
         logits are those of the rows that reach the last layer.
         """
-        x = self.hidden_states(tokens, cache)
-        return self.output(x[:, -1:] if last_only else x)
+        return self.output(self.hidden_states(tokens, cache, last_only=last_only))
 
-    def hidden_states(self, tokens: Tensor, cache: KVCache | None = None, layers: int | None = None) -> Tensor:
-        """forward's last hidden states (B, T, dim), after the final norm (`output` maps them to logits);
-        with `layers`, of the first that many blocks only (an early exit: the cache gains entries in
-        those layers alone)."""
+    def hidden_states(self, tokens: Tensor, cache: KVCache | None = None, layers: int | None = None,
+                      last_only: bool = False) -> Tensor:
+        """forward's last hidden states (B, T, dim) (or (B, 1, dim)), after the final norm (`output` maps
+        them to logits); with `layers`, of the first that many blocks only (an early exit: the cache
+        gains entries in those layers alone)."""
         B, T = tokens.shape
         positions = cache.new_positions(T) if cache is not None else torch.arange(T, device=tokens.device)
         x = self.tok_embeddings(tokens)
@@ -398,7 +400,7 @@ class Llama(nn.Module):
                     if index is not None:
                         index = torch.as_tensor(index, dtype=torch.long, device=x.device).sort().values
                         x, positions, cos, sin = x[:, index], positions[index], cos[index], sin[index]
-        return self.norm(x)
+        return self.norm(x[:, -1:] if last_only else x)
 
     def train_forward(self, tokens: Tensor, positions: Tensor, mask: Tensor | None = None,
                       checkpointing: bool = False) -> Tensor:
