@@ -9,23 +9,10 @@ block's dot product; the codes travel as int16 (read back as unsigned). The torc
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from claimbench.impl import e8qat
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the GPU extra is not installed
-    triton = None
-
-
-def available(device: torch.device | str) -> bool:
-    if triton is None:
-        return False
-    return torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+from claimbench.impl.triton_support import require, tl, triton
 
 
 def codebook_table(dtype=torch.float16, device="cpu") -> torch.Tensor:
@@ -71,8 +58,7 @@ def e8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, table
               group_size: int) -> torch.Tensor:
     """x (tokens, cols) -> (tokens, rows) fp32, the codes decoded in the kernel; x, table and scales in
     one dtype (fp16 on a GPU)."""
-    if not available(x.device):
-        raise RuntimeError("the E8 matmul kernel needs triton and a CUDA device (or TRITON_INTERPRET=1)")
+    require(x.device, "the E8 matmul kernel")
     tokens, cols = x.shape
     rows = packed.shape[0]
     block_k = 64

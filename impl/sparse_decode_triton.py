@@ -7,21 +7,10 @@ TRITON_INTERPRET=1 (for tests). GPU timing needs a lent device: not measured in 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the GPU extra is not installed
-    triton = None
-
-
-def available(device: torch.device | str) -> bool:
-    if triton is None:
-        return False
-    return torch.device(device).type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+from claimbench.impl.triton_support import require, tl, triton
 
 
 if triton is not None:
@@ -58,8 +47,7 @@ if triton is not None:
 def sparse_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: torch.Tensor,
                             log_w: torch.Tensor, block: int = 64) -> torch.Tensor:
     """q (1, H, 1, d); k, v (1, Hkv, n, d); index, log_w (Hkv, m) -> (1, H, 1, d), via Triton."""
-    if not available(q.device):
-        raise RuntimeError("the Triton kernel needs a CUDA device, or TRITON_INTERPRET=1 with triton installed")
+    require(q.device, "the sparse decode kernel")
     _, H, _, d = q.shape
     hkv = k.shape[1]
     assert q.shape[0] == k.shape[0] == 1 and d & (d - 1) == 0, (q.shape, k.shape)

@@ -11,10 +11,11 @@ training seconds are results.
 Tasks on the held-out second half: `continuation` (free continuation of a span: where lookup has
 little to find) and `copy` (a passage, a blank line and the passage's first words again: the greedy
 continuation repeats it, where lookup helps). Per (task, drafter) at block size K: tokens per second
-against plain greedy decoding (evaluate.generate), interleaved in one process, `ROUNDS` rounds of
-every prompt, the ratio per round with its interval; acceptance length (tokens per target pass, the
-bonus token counted; bootstrap over prompts); draft time per pass; a verify pass's cost in decode
-steps; and what that implies: the speedup if a verify pass cost one decode step, as it nearly does
+against plain greedy decoding (the same harness with nothing drafted, its output checked equal to
+evaluate.generate's), interleaved in one process, `ROUNDS` rounds of every prompt, the ratio per
+round with its interval; acceptance length (tokens per target pass, the bonus token counted;
+bootstrap over prompts); draft time per pass; a verify pass's cost in decode steps (the plain rows'
+pass, timed in the same rounds); and what that implies: the speedup if a verify pass cost one decode step, as it nearly does
 on a GPU at batch 1 (memory-bound), the drafting cost as measured here. Sweeps, untimed: acceptance
 length over the block size k per drafter, and over the flow's Euler steps.
 CLAIMBENCH_QUICK=1: 2 prompts of 12 new tokens per task, 2 rounds, 4 training steps.
@@ -92,18 +93,19 @@ def run_all(model, eos, drafter, ids_list, k: int) -> list[speculative.Generatio
 def measure_all(model, tok, eos, progress=print) -> dict:
     learned, losses, seconds = train(model, tok, progress)
     tasks = prompts(tok)
-    out = {"losses": losses, "training_s": seconds, "timing": {}, "generations": {}, "references": {}, "steps": {},
+    out = {"losses": losses, "training_s": seconds, "timing": {}, "generations": {}, "references": {},
            "sweep": {}, "flow_steps": {}}
     for task, ids_list in tasks.items():
         out["references"][task] = [evaluate.generate(model, ids, NEW_TOKENS, eos) for ids in ids_list]
-        out["steps"][task] = run_all(model, eos, None, ids_list, K)  # one token per pass: the decode step's cost
-        calls = {"plain": lambda ids_list=ids_list: [evaluate.generate(model, ids, NEW_TOKENS, eos) for ids in ids_list]}
-        for name in DRAFTERS:
-            def call(drafter=make(name, learned), key=(task, name), ids_list=ids_list):
+        calls = {}
+        for name in ("plain", *DRAFTERS):  # plain: the same harness with nothing drafted, one token per pass
+            def call(drafter=None if name == "plain" else make(name, learned), key=(task, name), ids_list=ids_list):
                 out["generations"][key] = run_all(model, eos, drafter, ids_list, K)  # the last round's are kept
             calls[name] = call
         for name, times in measure.interleaved(calls, rounds=ROUNDS).items():
             out["timing"][task, name] = times
+        if [g.tokens for g in out["generations"][task, "plain"]] != out["references"][task]:
+            raise RuntimeError(f"flowlm: the harness's plain decoding differs from evaluate.generate on {task}")
         progress(f"flowlm: {task}: " + ", ".join(
             f"{name} {measure.ratio(out['timing'][task, 'plain'], out['timing'][task, name]):.2f}x"
             for name in DRAFTERS), flush=True)
@@ -117,7 +119,7 @@ def measure_all(model, tok, eos, progress=print) -> dict:
             out["flow_steps"][task, steps] = (out["generations"][task, "flow"] if int(steps) == default_steps else
                                               run_all(model, eos, learned["flow"], ids_list, K))
         learned["flow"].steps = default_steps
-    for table in ("generations", "steps", "sweep", "flow_steps"):  # plain data for the tracks
+    for table in ("generations", "sweep", "flow_steps"):  # plain data for the tracks
         out[table] = {key: [_plain(g) for g in value] for key, value in out[table].items()}
     return out
 
@@ -133,8 +135,8 @@ def acceptance(generations: list[dict]) -> intervals.Estimate:
 
 
 def step_s(r, task: str) -> float:
-    """One decode step: the harness's verify time per pass with nothing drafted."""
-    plain = r["steps"][task]
+    """One decode step: the plain rows' target time per pass (the last timed round)."""
+    plain = r["generations"][task, "plain"]
     return sum(g["verify_s"] for g in plain) / sum(g["forwards"] - 1 for g in plain)
 
 

@@ -29,3 +29,13 @@ def test_kernel_equals_reference_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_a_kernel_on_the_cpu_without_the_interpreter_says_what_it_needs(monkeypatch):
+    import torch
+
+    from claimbench.impl import triton_support
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not triton_support.available("cpu")
+    with pytest.raises(RuntimeError, match="the sparse decode kernel needs a CUDA device"):
+        triton_support.require(torch.device("cpu"), "the sparse decode kernel")

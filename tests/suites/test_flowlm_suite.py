@@ -59,3 +59,7 @@ def test_every_track_returns_a_number_and_every_output_is_greedys(result, monkey
         assert measured["Decoding", "track_acceptance_length", task, drafter] >= 1.0
     # the copy prompts repeat their passage's first words: lookup has something to find
     assert result["references"]["copy"][0] and len(result["timing"]["copy", "plain"]) == 1
+    # the plain rows (the step time's source) are timed in the same rounds and decode one token per pass
+    plain = result["generations"]["continuation", "plain"]
+    assert [g["tokens"] for g in plain] == result["references"]["continuation"]
+    assert all(g["forwards"] == len(g["tokens"]) for g in plain)
