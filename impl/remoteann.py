@@ -9,7 +9,8 @@ Layout under a prefix (reconstructed from the digest; the paper's exact format i
 - `vectors`: the full vectors (float32) in the same list order, for re-ranking.
 Search: the nprobe nearest lists; their code blocks not in the local cache are read with ranged GETs,
 ranges less than `coalesce_gap` bytes apart merged into one GET (S3 serves one range per GET), up to
-`fetch_threads` GETs at a time; asymmetric distances from the PQ codes; the `rerank` best candidates'
+`fetch_threads` GETs at a time; asymmetric distances from the PQ codes (per-query lookup tables
+||r - c||^2 = ||r||^2 - 2 r.c + ||c||^2, one batched matmul); the `rerank` best candidates'
 full vectors read by coalesced ranged GETs of `vectors`; exact distances decide the top k.
 The cache (reconstructed): an LRU over whole list code blocks, bounded by `cache_bytes` (0: none);
 only a block whose bytes all arrived is kept. Defaults: nlist 1024, m = d/2 sub-quantizers (d odd:
@@ -124,6 +125,8 @@ class RemoteANN(ObjectStoreIndex):
         self.row_offsets = np.array(manifest["row_offsets"], np.int64)
         codebooks = np.frombuffer(small, np.float32, offset=4 * self.nlist * self._d)
         self._codebooks = codebooks.reshape(self.m, 256, self._d // self.m)
+        self._codebook_norms = (self._codebooks ** 2).sum(-1)  # (m, 256)
+        self._table_offsets = np.arange(self.m, dtype=np.intp) * 256  # sub-quantizer j's row in a flat table
         self.cache.clear()
 
     def set_query_params(self, nprobe: int = 1, rerank: int | None = None) -> None:
@@ -151,8 +154,9 @@ class RemoteANN(ObjectStoreIndex):
     def _search_one(self, query: np.ndarray, k: int, counters: SearchCounters) -> tuple[np.ndarray, np.ndarray]:
         lists = self.probe(query)
         blocks = self._code_blocks(lists)
-        residuals = (query[None] - self._centroids[lists]).reshape(len(lists), self.m, 1, -1)
-        tables = ((residuals - self._codebooks[None]) ** 2).sum(-1)  # (nprobe, m, 256)
+        residuals = (query[None] - self._centroids[lists]).reshape(len(lists), self.m, -1)
+        cross = np.matmul(residuals.transpose(1, 0, 2), self._codebooks.transpose(0, 2, 1)).transpose(1, 0, 2)
+        tables = (residuals ** 2).sum(-1)[:, :, None] - 2 * cross + self._codebook_norms  # (nprobe, m, 256)
         candidate_ids, candidate_rows, candidate_d = [], [], []
         for i, l in enumerate(lists):
             n = int(self.row_offsets[l + 1] - self.row_offsets[l])
@@ -161,7 +165,7 @@ class RemoteANN(ObjectStoreIndex):
             block = blocks[int(l)]
             ids = np.frombuffer(block, np.int64, n)
             codes = np.frombuffer(block, np.uint8, offset=8 * n).reshape(n, self.m)
-            candidate_d.append(tables[i][np.arange(self.m), codes].sum(1))
+            candidate_d.append(np.take(tables[i].ravel(), codes + self._table_offsets).sum(1))
             candidate_ids.append(ids)
             candidate_rows.append(np.arange(self.row_offsets[l], self.row_offsets[l + 1]))
         counters.lists_probed += len(lists)

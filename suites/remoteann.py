@@ -14,7 +14,8 @@ concurrency 1 and at concurrency 8 (8 client threads sharing the index). Recorde
 and the per-round QPS ratio, p50/p99 latency, GETs and bytes per query, the cache hit rate, recall
 of what came back from S3 (against exact ground truth), and, for context, QPS of the same layout in
 a local folder. The server and the proxy are Python processes on the same 2 cores as the client:
-at concurrency 8 their CPU is part of what is measured.
+at concurrency 8 their CPU is part of what is measured. Objects over 8 MiB are stored as 8 MiB parts
+(claimbench.blobstore: moto reads the whole object for each ranged GET, S3 does not).
 The claim row: warm throughput at concurrency 8, RemoteANN over the baseline, gated on both
 recalls within 0.005 of the target; folded by max over datasets and targets ("up to").
 CLAIMBENCH_QUICK=1: GloVe-50 at its quick size, target 0.95, 3 rounds of 10 queries.

@@ -84,6 +84,24 @@ def test_a_truncated_or_foreign_object_fails_with_its_key(s3):
         RemoteLayout(store, "index-1").open("remoteann")
 
 
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_a_large_object_is_stored_as_parts_and_a_range_gets_only_the_parts_it_spans(where, s3, tmp_path):
+    store = LocalStore(tmp_path) if where == "folder" else S3Store(s3, "vectors")
+    data = bytes(range(256)) + bytes(44)  # 300 bytes: parts of 64, the last one 44
+    layout = RemoteLayout(store, f"parted-{where}", part_bytes=64)
+    digest = layout.write("toy", {"big": data, "small": b"s" * 64}, {})
+    reader = RemoteLayout(store, f"parted-{where}")  # the part size comes from the manifest
+    assert reader.open("toy", digest)["sizes"] == {"big": 300, "small": 64}
+    for start, end, gets in ((0, 300, 5), (10, 20, 1), (60, 70, 2), (63, 257, 5), (256, 300, 1)):
+        store.reset_counters()
+        assert reader.read("big", start, end) == data[start:end]
+        assert (store.counters.gets, store.counters.bytes_read) == (gets, end - start)
+    assert reader.read("big") == data and reader.read("small") == b"s" * 64
+    with pytest.raises(StorageError, match=r"big.part00004.*asked for bytes \[0, 44\), got 4"):
+        store.put(f"parted-{where}/big.part00004", b"x" * 4)
+        reader.read("big", 250, 300)
+
+
 class _Upstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     body = b"y" * 8800
