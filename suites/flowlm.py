@@ -15,9 +15,9 @@ against plain greedy decoding (the same harness with nothing drafted, its output
 evaluate.generate's), interleaved in one process, `ROUNDS` rounds of every prompt, the ratio per
 round with its interval; acceptance length (tokens per target pass, the bonus token counted;
 bootstrap over prompts); draft time per pass; a verify pass's cost in decode steps (the plain rows'
-pass, timed in the same rounds); and what that implies: the speedup if a verify pass cost one decode step, as it nearly does
-on a GPU at batch 1 (memory-bound), the drafting cost as measured here. Sweeps, untimed: acceptance
-length over the block size k per drafter, and over the flow's Euler steps.
+pass, timed in the same rounds); and what that implies: the speedup if a verify pass cost one decode
+step, as it nearly does on a GPU at batch 1 (memory-bound), the drafting cost as measured here. Sweeps,
+untimed: acceptance length over the block size k per drafter, and over the flow's Euler steps.
 CLAIMBENCH_QUICK=1: 2 prompts of 12 new tokens per task, 2 rounds, 4 training steps.
 """
 import time
