@@ -181,14 +181,13 @@ class RemoteLayout:
         digest = hashlib.sha256()
         for name in sorted(objects):
             digest.update(name.encode() + b"\0" + hashlib.sha256(objects[name]).digest())
-        self.sizes = {name: len(data) for name, data in objects.items()}
         for name, data in objects.items():
             if len(data) <= self.part_bytes:
                 self.store.put(self.key(name), data)
                 continue
             for part, offset in enumerate(range(0, len(data), self.part_bytes)):
                 self.store.put(self._part_key(name, part), data[offset:offset + self.part_bytes])
-        manifest = {"layout": layout, "digest": digest.hexdigest(), "sizes": self.sizes,
+        manifest = {"layout": layout, "digest": digest.hexdigest(), "sizes": {n: len(d) for n, d in objects.items()},
                     "part_bytes": self.part_bytes, **meta}
         self.store.put(self.key(self.MANIFEST), json.dumps(manifest).encode())
         return manifest["digest"]
