@@ -3,12 +3,12 @@ PromptPrefill with its keep share as the knob.
 
 Defaults from the public code, scaled from 32-layer Llama-3.1-8B to 30-layer SmolLM2-135M:
 - GemFilter (Shi et al., 2024): run the first layers up to the filter layer (13 of 32 -> layer 12 of
-  30, 0-based), score every token by the last query's raw q.k there summed over heads, smooth with a
+  30, 0-based; a per-model knob, see `needle_ranks`), score every token by the last query's raw q.k there summed over heads, smooth with a
   width-5 average pool, keep the top tokens in order (1024 at 8K: a share of 0.125) and prefill the
   whole model again on them alone, with fresh positions. The prompt's last token is always kept
   (ours: the question must stay next to the answer).
 - FastKV (Jo et al., 2025): full prefill up to its token-selective propagation layer (15 of 32 ->
-  layer 13 of 30), then only the selected 20% of tokens go on, with their original positions;
+  layer 13 of 30; a per-model knob too), then only the selected 20% of tokens go on, with their original positions;
   selection by the softmax attention of the last 8 queries summed over them and the heads,
   pooled with kernel 7; the 8 window tokens always go on. Its KV compression of the early layers
   is not reproduced (they keep every entry here).
@@ -79,6 +79,36 @@ def _kept(share: float, length: int) -> int:
     return max(1, round(share * length))
 
 
+PROBE_QUERIES = 8  # the last queries a probe captures: FastKV's window; GemFilter reads the last one
+
+
+def needle_ranks(model: Llama, probes, scorers: dict) -> dict[str, Tensor]:
+    """Each scorer's worst needle rank per layer over the probes, as a share of the prompt (0: a needle
+    token scores highest on every probe). probes: (ids, the needle's token indices); scorers: name ->
+    scores(q, k) with q the last PROBE_QUERIES queries.
+
+    The selection layer is a per-model knob (GemFilter's select_layer_idx; its paper picks a layer whose
+    last-query attention finds the needle). The layers scaled from Llama-3.1-8B do not find it in
+    SmolLM2-135M: at 4K they rank the needle at 30-55% of the prompt, where layers 17-23 rank it in the
+    top 1% (measured here), so a suite picks the layer by this probe, on samples it never evaluates."""
+    worst = {name: torch.zeros(model.config.n_layers) for name in scorers}
+    for ids, needle in probes:
+        with torch.inference_mode(), model.capture_qk(last_queries=PROBE_QUERIES) as captured:
+            model(torch.tensor([list(ids)]), None, last_only=True)
+        for layer, q, k in captured:
+            for name, scores in scorers.items():
+                s = scores(q, k)
+                rank = (s[None, :] > s[list(needle)][:, None]).sum(1).min() / len(s)
+                worst[name][layer] = max(float(worst[name][layer]), float(rank))
+    return worst
+
+
+def earliest_layer(worst: Tensor, top: float = 0.05) -> int:
+    """The earliest layer whose worst needle rank is within the top `top` share; the best-ranked when none is."""
+    within = (worst <= top).nonzero().flatten()
+    return int(within[0]) if len(within) else int(worst.argmin())
+
+
 class _OnlyLastAfter(TokenSelector):
     """After `layer`, only the last row goes on (the rest of the model costs one token)."""
 
@@ -106,8 +136,8 @@ class GemFilter(PromptPrefill):
         return top_in_order(self.scores(q, k), _kept(self.keep, len(ids)) - 1, torch.tensor([len(ids) - 1]))
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """The last query q (1, H, 1, d) against keys k (1, Hkv, T, d): raw q.k summed over heads, pooled."""
-        raw = _grouped_scores(q, k).sum(dim=(0, 1, 2))
+        """The last query of q (1, H, w, d) against keys k (1, Hkv, T, d): raw q.k summed over heads, pooled."""
+        raw = _grouped_scores(q[:, :, -1:], k).sum(dim=(0, 1, 2))
         return F.avg_pool1d(raw[None, None], self.pool, stride=1, padding=self.pool // 2)[0, 0][:k.shape[2]]
 
     def prefill(self, model: Llama, ids, room: int = 64):
@@ -137,6 +167,10 @@ class FastKV(PromptPrefill, TokenSelector):
             return None
         _, q, k = self._captured[-1]
         return voted(q, k, self.keep, self.window, self.pool)
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """The votes of q's last `window` queries (the needle probe's reading of a layer)."""
+        return window_votes(q[:, :, -self.window:], k, self.pool)
 
 
 @dataclass

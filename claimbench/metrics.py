@@ -76,6 +76,8 @@ ACCEPTANCE_LENGTH = Metric("tokens/pass", "higher", "tokens produced per target 
 DECODE_STEPS = Metric("decode steps", "lower", "a pass's cost in plain decode steps of the same model")
 TRAINING_LOSS = Metric("training loss", "lower", "the training objective at the end of training")
 COMPUTED_SHARE = Metric("share of token rows", "lower", "token rows a prefill computes over the layers / full prefill's")
+LAYER = Metric("layer", "none", "a model layer, 0-based (a knob chosen by a probe: context)")
+NEEDLE_RANK = Metric("rank share", "lower", "the needle's rank among the prompt's tokens by a selection score / prompt length")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
                                 PRUNED_FRACTION, CEILING_SHARE, VARIANCE, NPROBE, ROWS_PER_S, STORED,
@@ -87,7 +89,7 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 LIFETIME_RATIO, FLOPS, BYTES_PER_TOKEN, KL_DIVERGENCE, SHARE_OF_TOLERANCE, DOSE, NDCG,
                                 RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS, CAUGHT, FALSE_REJECTS,
                                 LOSS_DEVIATION, COMPUTED_SHARE, BITS_PER_WEIGHT, PERPLEXITY_RATIO,
-                                GETS_PER_QUERY, BYTES_PER_QUERY, ACCEPTANCE_LENGTH,
+                                GETS_PER_QUERY, BYTES_PER_QUERY, ACCEPTANCE_LENGTH, LAYER, NEEDLE_RANK,
                                 DECODE_STEPS, TRAINING_LOSS)}
 
 

@@ -1,19 +1,23 @@
 """TokenGate's learned prefill pruning vs full prefill, GemFilter, FastKV and SnapKV on SmolLM2-135M
-(PAPERS.md C2), at 4K and 8K, each pruning method at two keep shares (12.5% and 25% of the prompt).
+(PAPERS.md C2), at 4K and 8K, each pruning method at three keep shares (12.5%, 25% and 50% of the prompt).
 
 The gates train first (base weights frozen, one gate set per keep share as its budget target, on
-windows of the license texts' first half and completion samples with seeds from 10,000; the
-training time is a result). Then: TTFT (prefill of the prompt and its first token) of every method
-against full prefill's at 8K, interleaved in one process, 6 rounds; completion-task accuracy at 4K
-and 8K (the needle task dense SmolLM2 solves; 6 samples each, the needle at 6 depths: what fits a
-run of about 45 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a
-32-token continuation of held-out license text after a 4K prefix (3 segments); the share of token
-rows each method computes over the layers; at the claim's context (8K), the peak RSS of a prefill above the loaded model, each in a
+windows of the license texts' first half and completion samples with seeds from 10,000 that end
+with their answer, so the distillation loss reads the needle; the training time is a result).
+GemFilter's and FastKV's selection layers come from a needle probe on 4 such samples
+(`token_pruning.needle_ranks`: the earliest layer ranking the needle in the top 5% of every probe):
+the layers scaled from Llama-3.1-8B do not find the needle in SmolLM2. Then: TTFT (prefill of the
+prompt and its first token) of every method against full prefill's at 8K, interleaved in one
+process, 6 rounds; completion-task accuracy at 4K and 8K (the needle task dense SmolLM2 solves;
+6 samples each, the needle at 6 depths: what fits a run of about 70 minutes on 2 cores) with
+Wilson intervals and paired changes; perplexity of a 32-token continuation of held-out license
+text after a 4K prefix (3 segments); the share of token rows each method computes over the
+layers; at the claim's context (8K), the peak RSS of a prefill above the loaded model, each in a
 fresh process, sampled every 2 ms. SnapKV's prefill is full prefill (it compresses the cache for
 decode): it is an accuracy reference, never timed.
 The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
 bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
-4 training steps on 128-token rows (24 steps on 256-token rows in full mode).
+4 training steps on 128-token rows, 2 probes (60 steps on 256-token rows in full mode).
 """
 import math
 import time
@@ -22,6 +26,7 @@ import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, measure, metrics
+from claimbench.baselines import token_pruning
 from claimbench.baselines.token_pruning import FastKV, FullPrefill, GemFilter, SnapKV
 from claimbench.datasets import longcontext as LC
 from claimbench.datasets import vectors
@@ -34,38 +39,71 @@ QUICK = common.QUICK
 INPUTS = ("corpus", "smollm2-135m")
 CONTEXTS = {"1k": 1024} if QUICK else {"4k": 4096, "8k": 8192}
 CLAIM_CONTEXT = list(CONTEXTS)[-1]
-KEEPS = ["0.25"] if QUICK else ["0.125", "0.25"]
+KEEPS = ["0.25"] if QUICK else ["0.125", "0.25", "0.5"]
 METHODS = ["full", "tokengate", "gemfilter", "fastkv", "snapkv"]
 TIMED = ["full", "tokengate", "gemfilter", "fastkv"]
 SAMPLES = {"1k": 4} if QUICK else {"4k": 6, "8k": 6}  # completion samples per context (the needle at as many depths)
 PERPLEXITY_CONTEXT = list(CONTEXTS)[0]
 SEGMENTS, SCORED = (2, 16) if QUICK else (3, 32)
 ROUNDS = 3 if QUICK else 6
-TRAINING = tokengate.GateTraining(steps=4 if QUICK else 24, length=128 if QUICK else 256, batch=2, lr=0.01,
+TRAINING = tokengate.GateTraining(steps=4 if QUICK else 60, length=128 if QUICK else 256, batch=2, lr=0.01,
                                   budget_weight=1.0, recent=32)
-TRAINING_SEEDS = 10_000  # completion samples for the gates: seeds far from the evaluated 0..SAMPLES-1
+TRAINING_SEEDS = 10_000  # completion samples for the gates and the probe: seeds far from the evaluated 0..SAMPLES-1
+PROBES = 2 if QUICK else 4
+PROBED = {"gemfilter": "filter_layer", "fastkv": "layer"}  # method -> its selection layer's field
 NEW_TOKENS = 10
 
 
+def needle_sample(tok, length: int, seed: int, answered: bool = False):
+    """A completion sample of at least `length` tokens (with its answer after the prompt when `answered`):
+    the sample, its token ids and the needle value's token indices."""
+    count, target = evaluate.token_counter(tok), length
+    while True:
+        sample = LC.make(LC.COMPLETION, target, count, seed)
+        text = sample.prompt() + (f": {sample.answers[0]}." if answered else "")
+        encoding = tok.encode(text)
+        if len(encoding.ids) >= length:
+            start = sample.context.index(sample.answers[0])
+            needle = [i for i, (a, b) in enumerate(encoding.offsets) if a < start + len(sample.answers[0]) and b > start]
+            return sample, encoding.ids, needle
+        target += max(1, length // 4)
+
+
 def training_rows(tok) -> torch.Tensor:
-    """(N, length) token rows: windows of the license texts' first half, and completion samples."""
+    """(N, length) token rows: windows of the license texts' first half, and the last `length` tokens of
+    completion samples that end with their answer (those whose needle falls in that window)."""
     ids = tok.encode(LC.perplexity_text()).ids
     first = ids[:len(ids) // 2]
     n = TRAINING.length
     rows = [first[i:i + n] for i in range(0, len(first) - n, n)][:64]
-    count = evaluate.token_counter(tok)
     for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + len(rows)):
-        sample = tok.encode(LC.make(LC.COMPLETION, n - 8, count, seed).prompt()).ids[-n:]
-        if len(sample) == n:
-            rows.append(sample)
+        _, ids, needle = needle_sample(tok, n, seed, answered=True)
+        if needle and needle[0] >= len(ids) - n:
+            rows.append(ids[-n:])
     return torch.tensor(rows)
 
 
-def make(method: str, keep: str, gates: dict):
+def selection_layers(model, tok) -> dict:
+    """GemFilter's and FastKV's selection layers by the needle probe, and each layer's worst rank."""
+    probes = []
+    for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + PROBES):
+        _, ids, needle = needle_sample(tok, CONTEXTS[PERPLEXITY_CONTEXT] - 40, seed)
+        probes.append((ids[:-1], needle))
+    scorers = {name: make(name, KEEPS[0], {}).scores for name in PROBED}
+    ranks = token_pruning.needle_ranks(model, probes, scorers)
+    return {name: token_pruning.earliest_layer(worst) for name, worst in ranks.items()}, \
+        {name: worst.tolist() for name, worst in ranks.items()}
+
+
+def make(method: str, keep: str, prepared: dict):
+    """The method at this keep share; prepared holds the trained gates per keep and the probed layers."""
     share = float(keep)
-    return {"full": FullPrefill, "tokengate": lambda: tokengate.TokenGate(gates[keep]),
-            "gemfilter": lambda: GemFilter(share), "fastkv": lambda: FastKV(share),
-            "snapkv": lambda: SnapKV(share)}[method]()
+    pruning = {"full": FullPrefill, "tokengate": lambda: tokengate.TokenGate(prepared["gates"][keep]),
+               "gemfilter": lambda: GemFilter(share), "fastkv": lambda: FastKV(share),
+               "snapkv": lambda: SnapKV(share)}[method]()
+    if method in PROBED and "layers" in prepared:
+        setattr(pruning, PROBED[method], prepared["layers"][method])
+    return pruning
 
 
 def computed_share(model, method, cache, length: int) -> float:
@@ -85,7 +123,7 @@ def configurations() -> list[tuple[str, str]]:
     return [("full", KEEPS[0])] + [(m, k) for m in METHODS[1:] for k in KEEPS]
 
 
-def accuracy(model, tok, eos, gates) -> tuple[dict, dict]:
+def accuracy(model, tok, eos, prepared) -> tuple[dict, dict]:
     """(context, method, keep) -> completion scores per sample, and the mean computed share."""
     scores, shares = {}, {}
     count = evaluate.token_counter(tok)
@@ -94,7 +132,7 @@ def accuracy(model, tok, eos, gates) -> tuple[dict, dict]:
         for sample in samples:
             ids = tok.encode(sample.prompt()).ids
             for method, keep in configurations():
-                pruning = make(method, keep, gates)
+                pruning = make(method, keep, prepared)
                 cache, _ = pruning.prefill(model, ids[:-1], room=NEW_TOKENS + 24)
                 out = evaluate.decode(model, cache, None, NEW_TOKENS, eos, token=ids[-1])
                 key = (label, method, keep)
@@ -103,7 +141,7 @@ def accuracy(model, tok, eos, gates) -> tuple[dict, dict]:
     return scores, {key: sum(v) / len(v) for key, v in shares.items()}
 
 
-def continuation_nll(model, tok, gates) -> dict:
+def continuation_nll(model, tok, prepared) -> dict:
     """(context, method, keep) -> mean NLL of SCORED held-out tokens after a context-long prefix, per segment."""
     ids = tok.encode(LC.perplexity_text()).ids
     held_out = ids[len(ids) // 2:]
@@ -114,18 +152,18 @@ def continuation_nll(model, tok, gates) -> dict:
             start = segment * (len(held_out) - length) // max(1, SEGMENTS - 1) if SEGMENTS > 1 else 0
             chunk = held_out[start:start + prefix + SCORED + 1]
             for method, keep in configurations():
-                cache, _ = make(method, keep, gates).prefill(model, chunk[:prefix], room=SCORED + 8)
+                cache, _ = make(method, keep, prepared).prefill(model, chunk[:prefix], room=SCORED + 8)
                 nll = evaluate.teacher_forced_nll(model, cache, chunk[prefix], chunk[prefix + 1:prefix + 1 + SCORED])
                 out.setdefault((label, method, keep), []).append(sum(nll) / len(nll))
     return out
 
 
-def timing(model, gates) -> dict:
+def timing(model, prepared) -> dict:
     """(context, method, keep) -> seconds per round of prefill + first token, interleaved."""
     out = {}
     for label, length in {CLAIM_CONTEXT: CONTEXTS[CLAIM_CONTEXT]}.items():
         ids = torch.randint(0, model.config.vocab_size, (length - 40,), generator=torch.Generator().manual_seed(0)).tolist()
-        calls = {(method, keep): _ttft_call(model, make(method, keep, gates), ids)
+        calls = {(method, keep): _ttft_call(model, make(method, keep, prepared), ids)
                  for method, keep in configurations() if method in TIMED}
         for key, times in measure.interleaved(calls, rounds=ROUNDS).items():
             out[(label, *key)] = times
@@ -139,7 +177,7 @@ def _ttft_call(model, pruning, ids):
     return call
 
 
-def memory(model, gates: dict) -> dict:
+def memory(model, prepared: dict) -> dict:
     """(context, method, keep) -> peak prefill RSS above the loaded model, each in a fresh process, at the
     claim's context; a measurement that fails is kept as its error (the other results stand)."""
     out = {}
@@ -147,7 +185,7 @@ def memory(model, gates: dict) -> dict:
         if method in TIMED:
             try:
                 out[CLAIM_CONTEXT, method, keep] = measure.in_child(
-                    smollm.prefill_peak_rss_above_model, make(method, keep, gates), CONTEXTS[CLAIM_CONTEXT] - 40)
+                    smollm.prefill_peak_rss_above_model, make(method, keep, prepared), CONTEXTS[CLAIM_CONTEXT] - 40)
             except Exception as e:  # noqa: BLE001 - a failed child costs this number, not the suite's
                 out[CLAIM_CONTEXT, method, keep] = f"{type(e).__name__}: {e}"
     return out
@@ -166,10 +204,12 @@ class _Measured(common.ComputedOnce):
             gates[keep], logs[keep] = tokengate.train_gates(model, rows, knobs)
             seconds[keep] = time.monotonic() - started
             tokengate.save_gates(gates[keep], model, vectors.cache_dir() / "tokengate" / f"gates-{keep}{'-quick' if QUICK else ''}.pt")
-        scores, shares = accuracy(model, tok, eos, gates)
-        return {"training": logs, "training_s": seconds, "accuracy": scores, "shares": shares,
-                "nll": continuation_nll(model, tok, gates), "timing": timing(model, gates),
-                "memory": memory(model, gates)}
+        layers, ranks = selection_layers(model, tok)
+        prepared = {"gates": gates, "layers": layers}
+        scores, shares = accuracy(model, tok, eos, prepared)
+        return {"training": logs, "training_s": seconds, "layers": layers, "needle_ranks": ranks,
+                "accuracy": scores, "shares": shares, "nll": continuation_nll(model, tok, prepared),
+                "timing": timing(model, prepared), "memory": memory(model, prepared)}
 
 
 class Prefill(_Measured):
@@ -268,3 +308,19 @@ class Training(_Measured):
         """KL from the unpruned model's next-token distribution, mean over the last 5 steps."""
         return sum(step["kl"] for step in r["training"][keep][-5:]) / min(5, len(r["training"][keep]))
     track_final_kl.unit = metrics.KL_DIVERGENCE.unit
+
+
+class Probe(_Measured):
+    """GemFilter's and FastKV's selection layers, picked by the needle probe."""
+    params = (list(PROBED),)
+    param_names = ["method"]
+
+    def track_selection_layer(self, r, method):
+        """The earliest layer (0-based) ranking the needle in the top 5% of every probe."""
+        return float(r["layers"][method])
+    track_selection_layer.unit = metrics.LAYER.unit
+
+    def track_needle_rank_share(self, r, method):
+        """The needle's worst rank over the probes at that layer, as a share of the prompt."""
+        return r["needle_ranks"][method][r["layers"][method]]
+    track_needle_rank_share.unit = metrics.NEEDLE_RANK.unit

@@ -4,7 +4,8 @@ import dataclasses
 import pytest
 import torch
 
-from claimbench.baselines.token_pruning import FastKV, FullPrefill, GemFilter, SnapKV, top_in_order, window_votes
+from claimbench.baselines.token_pruning import (FastKV, FullPrefill, GemFilter, SnapKV, earliest_layer, needle_ranks,
+                                                top_in_order, window_votes)
 from claimbench.impl import tokengate
 from claimbench.interfaces import InputError
 from claimbench.llm import evaluate
@@ -95,6 +96,16 @@ def test_window_votes_and_gemfilter_pick_the_planted_tokens():
     gem = GemFilter(pool=1).scores(q[:, :, -1:], k)
     assert set(gem.topk(2).indices.tolist()) == {10, 40}
     assert top_in_order(votes, 2, torch.tensor([63])).tolist() == [10, 40, 63]
+
+
+def test_the_needle_probe_ranks_every_layer_and_picks_the_earliest_that_finds_it(tiny, ids):
+    scorers = {"gemfilter": GemFilter().scores, "fastkv": FastKV().scores}
+    ranks = needle_ranks(tiny, [(ids, [10, 11]), (ids, [50])], scorers)
+    assert set(ranks) == set(scorers)
+    for worst in ranks.values():
+        assert worst.shape == (tiny.config.n_layers,) and bool(((0 <= worst) & (worst < 1)).all())
+    assert earliest_layer(torch.tensor([0.4, 0.03, 0.01, 0.2])) == 1
+    assert earliest_layer(torch.tensor([0.4, 0.3, 0.2, 0.25]), top=0.05) == 2  # none within: the best
 
 
 def test_fastkv_and_gemfilter_keep_their_share_and_snapkv_compresses_every_layer(tiny, ids):

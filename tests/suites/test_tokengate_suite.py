@@ -66,6 +66,23 @@ def test_every_track_returns_a_number_or_says_why_not(result):
     for keep in suite.KEEPS:
         assert suite.Training().track_training_seconds(result, keep) > 0
         assert math.isfinite(suite.Training().track_final_kl(result, keep))
+    for method in suite.PROBED:  # the probe's layers are recorded (the fixture pins them to layer 2 after)
+        assert 0 <= suite.Probe().track_selection_layer(result, method) < 6
+        assert 0 <= suite.Probe().track_needle_rank_share(result, method) < 1
+
+
+def test_training_rows_hold_needles_followed_by_their_answer():
+    _, tokenizer = smollm_stub.stand_in(n_layers=2, max_seq_len=512)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(suite, "TRAINING", dataclasses.replace(suite.TRAINING, length=160))
+        rows = suite.training_rows(tokenizer)
+        needled = [tokenizer.decode(row.tolist()) for row in rows if "special magic number" in tokenizer.decode(row.tolist())]
+    assert rows.shape[1] == 160 and len(needled) >= 16
+    for text in needled:
+        value = text.rsplit(": ", 1)[-1].rstrip(".")
+        assert text.endswith(f" is: {value}.") and text.count(value) == 2  # in the needle, then as the answer
+    sample, ids, needle = suite.needle_sample(tokenizer, 300, seed=3)
+    assert len(ids) >= 300 and tokenizer.decode([ids[i] for i in needle]).strip() == sample.answers[0]
 
 
 
