@@ -144,10 +144,10 @@ def prefill_peak_rss(tokens: int) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def prefill_peak_rss_above_model(method, tokens: int, sample_s: float = 0.002, model=None) -> int:
+def prefill_peak_rss_above_model(method, ids: list[int], sample_s: float = 0.002, model=None) -> int:
     """In a fresh process (measure.in_child): load the model (or take the one given), then the peak
-    resident memory, in bytes, during one prefill of `tokens` random tokens by `method` (a
-    PromptPrefill) above the RSS before it, sampled every `sample_s` seconds."""
+    resident memory, in bytes, during one prefill of the token ids by `method` (a PromptPrefill)
+    above the RSS before it, sampled every `sample_s` seconds."""
     import os
     import threading
     import time
@@ -156,7 +156,6 @@ def prefill_peak_rss_above_model(method, tokens: int, sample_s: float = 0.002, m
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     model = model if model is not None else load()[0]
-    ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     before, peak, done = rss(), [0], threading.Event()
 
     def sample():

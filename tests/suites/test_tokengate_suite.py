@@ -92,4 +92,4 @@ def test_the_memory_measurement_runs_in_a_fresh_process_on_the_real_model():
     from claimbench import measure
     from claimbench.baselines.token_pruning import FastKV
     from claimbench.llm import smollm
-    assert measure.in_child(smollm.prefill_peak_rss_above_model, FastKV(0.25), 256) >= 0
+    assert measure.in_child(smollm.prefill_peak_rss_above_model, FastKV(0.25), list(range(256))) >= 0
