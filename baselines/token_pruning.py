@@ -3,15 +3,15 @@ PromptPrefill with its keep share as the knob.
 
 Defaults from the public code, scaled from 32-layer Llama-3.1-8B to 30-layer SmolLM2-135M:
 - GemFilter (Shi et al., 2024): run the first layers up to the filter layer (13 of 32 -> layer 12 of
-  30, 0-based; a per-model knob, see `needle_ranks`), score every token by the last query's raw q.k there summed over heads, smooth with a
-  width-5 average pool, keep the top tokens in order (1024 at 8K: a share of 0.125) and prefill the
-  whole model again on them alone, with fresh positions. The prompt's last token is always kept
-  (ours: the question must stay next to the answer).
+  30, 0-based; a per-model knob, see `needle_ranks`), score every token by the last query's raw
+  q.k there summed over heads, smooth with a width-5 average pool, keep the top tokens in order
+  (1024 at 8K: a share of 0.125) and prefill the whole model again on them alone, with fresh
+  positions. The prompt's last token is always kept (ours: the question must stay next to the answer).
 - FastKV (Jo et al., 2025): full prefill up to its token-selective propagation layer (15 of 32 ->
-  layer 13 of 30; a per-model knob too), then only the selected 20% of tokens go on, with their original positions;
-  selection by the softmax attention of the last 8 queries summed over them and the heads,
-  pooled with kernel 7; the 8 window tokens always go on. Its KV compression of the early layers
-  is not reproduced (they keep every entry here).
+  layer 13 of 30; a per-model knob too), then only the selected 20% of tokens go on, with their
+  original positions; selection by the softmax attention of the last 8 queries summed over them
+  and the heads, pooled with kernel 7; the 8 window tokens always go on. Its KV compression of the
+  early layers is not reproduced (they keep every entry here).
 - SnapKV (Li et al., 2024): full prefill, then each layer's cache keeps the entries the last 32
   queries vote for (softmax attention summed over the window, pooling kernel 5) plus the window:
   no prefill saving, the accuracy reference. Simplification: one selection per layer shared by its

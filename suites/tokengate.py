@@ -12,9 +12,9 @@ accuracy sample uses, interleaved in one process, 6 rounds; completion-task accu
 (the needle task dense SmolLM2 solves; 6 samples each, the needle at 6 depths: what fits a run of
 about 90 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a 32-token
 continuation of held-out license text after a 4K prefix (3 segments); the share of token rows
-each method computes over the layers; the peak RSS of a prefill of the timed prompt above the loaded model, each in a fresh
-process, sampled every 2 ms. SnapKV's prefill is full prefill (it compresses the cache for
-decode): it is an accuracy reference, never timed.
+each method computes over the layers; the peak RSS of a prefill of the timed prompt above the
+loaded model, each in a fresh process, sampled every 2 ms. SnapKV's prefill is full prefill (it
+compresses the cache for decode): it is an accuracy reference, never timed.
 The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
 bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
 4 training steps on 128-token rows, 2 probes (60 steps on 256-token rows in full mode).
@@ -64,7 +64,8 @@ def needle_sample(tok, length: int, seed: int, answered: bool = False):
         encoding = tok.encode(text)
         if len(encoding.ids) >= length:
             start = sample.context.index(sample.answers[0])
-            needle = [i for i, (a, b) in enumerate(encoding.offsets) if a < start + len(sample.answers[0]) and b > start]
+            end = start + len(sample.answers[0])
+            needle = [i for i, (a, b) in enumerate(encoding.offsets) if a < end and b > start]
             return sample, encoding.ids, needle
         target += max(1, length // 4)
 
@@ -83,7 +84,7 @@ def training_rows(tok) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def selection_layers(model, tok) -> dict:
+def selection_layers(model, tok) -> tuple[dict, dict]:
     """GemFilter's and FastKV's selection layers by the needle probe, and each layer's worst rank."""
     probes = []
     for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + PROBES):
@@ -320,7 +321,7 @@ class Probe(_Measured):
     param_names = ["method"]
 
     def track_selection_layer(self, r, method):
-        """The earliest layer (0-based) ranking the needle in the top 5% of every probe."""
+        """The earliest layer (0-based) ranking the needle in the top 5% of every probe (else the best-ranked)."""
         return float(r["layers"][method])
     track_selection_layer.unit = metrics.LAYER.unit
 

@@ -76,7 +76,8 @@ def test_training_rows_hold_needles_followed_by_their_answer():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(suite, "TRAINING", dataclasses.replace(suite.TRAINING, length=160))
         rows = suite.training_rows(tokenizer)
-        needled = [tokenizer.decode(row.tolist()) for row in rows if "special magic number" in tokenizer.decode(row.tolist())]
+        texts = [tokenizer.decode(row.tolist()) for row in rows]
+    needled = [text for text in texts if "special magic number" in text]
     assert rows.shape[1] == 160 and len(needled) >= 16
     for text in needled:
         value = text.rsplit(": ", 1)[-1].rstrip(".")
