@@ -4,7 +4,7 @@
 The gates train first (base weights frozen, one gate set per keep share as its budget target, on
 windows of the license texts' first half and completion samples with seeds from 10,000 that end
 with their answer, so the distillation loss reads the needle; the training time is a result).
-GemFilter's and FastKV's selection layers come from a needle probe on 4 such samples
+GemFilter's and FastKV's selection layers come from a needle probe on 4 samples of those seeds
 (`token_pruning.needle_ranks`: the earliest layer ranking the needle in the top 5% of every probe):
 the layers scaled from Llama-3.1-8B do not find the needle in SmolLM2. Then: TTFT (prefill of the
 prompt and its first token) of every method against full prefill's at 8K on a needle prompt no
@@ -54,20 +54,14 @@ PROBED = {"gemfilter": "filter_layer", "fastkv": "layer"}  # method -> its selec
 NEW_TOKENS = 10
 
 
-def needle_sample(tok, length: int, seed: int, answered: bool = False):
-    """A completion sample of at least `length` tokens (with its answer after the prompt when `answered`):
-    the sample, its token ids and the needle value's token indices."""
-    count, target = evaluate.token_counter(tok), length
-    while True:
-        sample = LC.make(LC.COMPLETION, target, count, seed)
-        text = sample.prompt() + (f": {sample.answers[0]}." if answered else "")
-        encoding = tok.encode(text)
-        if len(encoding.ids) >= length:
-            start = sample.context.index(sample.answers[0])
-            end = start + len(sample.answers[0])
-            needle = [i for i, (a, b) in enumerate(encoding.offsets) if a < end and b > start]
-            return sample, encoding.ids, needle
-        target += max(1, length // 4)
+def needle_prompt(tok, length: int, seed: int, answered: bool = False):
+    """The completion sample of about `length` tokens with this seed, as accuracy evaluates it (with its
+    answer after the prompt when `answered`): the sample, its token ids and the needle value's token indices."""
+    sample = LC.make(LC.COMPLETION, length, evaluate.token_counter(tok), seed)
+    encoding = tok.encode(sample.prompt() + (f": {sample.answers[0]}." if answered else ""))
+    start = sample.context.index(sample.answers[0])
+    end = start + len(sample.answers[0])
+    return sample, encoding.ids, [i for i, (a, b) in enumerate(encoding.offsets) if a < end and b > start]
 
 
 def training_rows(tok) -> torch.Tensor:
@@ -78,8 +72,11 @@ def training_rows(tok) -> torch.Tensor:
     n = TRAINING.length
     rows = [first[i:i + n] for i in range(0, len(first) - n, n)][:64]
     for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + len(rows)):
-        _, ids, needle = needle_sample(tok, n, seed, answered=True)
-        if needle and needle[0] >= len(ids) - n:
+        target, ids = n, []
+        while len(ids) < n:  # the builder stops short of its target: grow it until the sample fills a row
+            _, ids, needle = needle_prompt(tok, target, seed, answered=True)
+            target += n // 4
+        if needle[0] >= len(ids) - n:
             rows.append(ids[-n:])
     return torch.tensor(rows)
 
@@ -88,7 +85,7 @@ def selection_layers(model, tok) -> tuple[dict, dict]:
     """GemFilter's and FastKV's selection layers by the needle probe, and each layer's worst rank."""
     probes = []
     for seed in range(TRAINING_SEEDS, TRAINING_SEEDS + PROBES):
-        _, ids, needle = needle_sample(tok, CONTEXTS[PERPLEXITY_CONTEXT] - 40, seed)
+        _, ids, needle = needle_prompt(tok, CONTEXTS[PERPLEXITY_CONTEXT] - 40, seed)
         probes.append((ids[:-1], needle))
     scorers = {name: make(name, KEEPS[0], {}).scores for name in PROBED}
     ranks = token_pruning.needle_ranks(model, probes, scorers)
@@ -127,11 +124,9 @@ def configurations() -> list[tuple[str, str]]:
 def accuracy(model, tok, eos, prepared) -> tuple[dict, dict]:
     """(context, method, keep) -> completion scores per sample, and the mean computed share."""
     scores, shares = {}, {}
-    count = evaluate.token_counter(tok)
     for label, length in CONTEXTS.items():
-        samples = [LC.make(LC.COMPLETION, length - 40, count, seed) for seed in range(SAMPLES[label])]
-        for sample in samples:
-            ids = tok.encode(sample.prompt()).ids
+        for seed in range(SAMPLES[label]):
+            sample, ids, _ = needle_prompt(tok, length - 40, seed)
             for method, keep in configurations():
                 pruning = make(method, keep, prepared)
                 cache, _ = pruning.prefill(model, ids[:-1], room=NEW_TOKENS + 24)
@@ -163,8 +158,7 @@ def timed_prompt(tok) -> list[int]:
     """The prompt TTFT and memory are measured on: a needle sample at the claim's context with the first
     seed accuracy does not use (TokenGate's gates keep a share that depends on the text: on random
     token ids they computed 74% of the rows at keep 12.5%, on needle prompts 58%)."""
-    sample = LC.make(LC.COMPLETION, CONTEXTS[CLAIM_CONTEXT] - 40, evaluate.token_counter(tok), SAMPLES[CLAIM_CONTEXT])
-    return tok.encode(sample.prompt()).ids[:-1]
+    return needle_prompt(tok, CONTEXTS[CLAIM_CONTEXT] - 40, SAMPLES[CLAIM_CONTEXT])[1][:-1]
 
 
 def timing(model, prepared, ids) -> dict:

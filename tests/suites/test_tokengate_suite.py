@@ -82,8 +82,9 @@ def test_training_rows_hold_needles_followed_by_their_answer():
     for text in needled:
         value = text.rsplit(": ", 1)[-1].rstrip(".")
         assert text.endswith(f" is: {value}.") and text.count(value) == 2  # in the needle, then as the answer
-    sample, ids, needle = suite.needle_sample(tokenizer, 300, seed=3)
-    assert len(ids) >= 300 and tokenizer.decode([ids[i] for i in needle]).strip() == sample.answers[0]
+    sample, ids, needle = suite.needle_prompt(tokenizer, 300, seed=3)
+    assert ids == tokenizer.encode(sample.prompt()).ids  # the prompt accuracy evaluates
+    assert tokenizer.decode([ids[i] for i in needle]).strip() == sample.answers[0]
 
 
 
