@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,10 +50,11 @@ def head_commit(root: Path = REPO_ROOT) -> str:
 
 
 def write_machine_file(name: str) -> dict:
-    """asv's ~/.asv-machine.json entry for this machine, written without prompting; under a lock, since
-    several runs on one host (a local fleet's nodes) would otherwise lose each other's entries, and
-    through a renamed copy, since their asv reads the file unlocked (an in-place write read half-way
-    is empty JSON to asv)."""
+    """asv's ~/.asv-machine.json entry for this machine (for asv commands run by hand), written without
+    prompting; under a lock, since several runs on one host (a local fleet's nodes) would otherwise
+    lose each other's entries, and through a renamed copy, since asv reads the file unlocked (an
+    in-place write read half-way is empty JSON to asv). claimbench's own asv runs read a private copy
+    (claimbench.asv_run), as asv rewrites the file it reads in place."""
     info = {**Machine.get_defaults(), "machine": name}
     path = Path(MachineCollection.get_machine_file_path())
     with Path(f"{path}.lock").open("w") as held:
@@ -141,12 +143,15 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     others as measured), and asv's own code when asv itself could not run.
     """
     machine = machine or socket.gethostname()
-    write_machine_file(machine)
+    info = write_machine_file(machine)
     commit = head_commit(root)
     mode = "quick" if quick else "full"
     machine_dir = results_dir(root, mode) / machine
-    cmd = [sys.executable, "-m", "asv", "run", "--config", str(root / CONFIGS[mode]), "--python=same",
-           "--set-commit-hash", commit, "--machine", machine, "--show-stderr"]
+    private = tempfile.TemporaryDirectory(prefix="claimbench-asv-")
+    machine_file = Path(private.name) / "asv-machine.json"  # this run's own: see claimbench.asv_run
+    MachineCollection.save(machine, info, _path=str(machine_file))
+    cmd = [sys.executable, "-m", "claimbench.asv_run", str(machine_file), "--config", str(root / CONFIGS[mode]),
+           "--python=same", "--set-commit-hash", commit, "--machine", machine, "--show-stderr"]
     if quick:
         cmd += ["-a", "rounds=1", "-a", "repeat=(1, 5, 5.0)"]
     for pattern in bench_patterns(registry, paper_ids or []) + (bench or []):
@@ -160,8 +165,8 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         print(f"claimbench: uncommitted changes; results are saved under {commit[:8]} but measure the working "
               f"tree:\n{dirty}", file=sys.stderr, flush=True)
     failed, stamp = [], code_stamp(root)
-    with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1) as proc:
+    with private, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, bufsize=1) as proc:
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
