@@ -9,15 +9,18 @@ GemFilter's and FastKV's selection layers come from a needle probe on 4 samples 
 the layers scaled from Llama-3.1-8B do not find the needle in SmolLM2. Then: TTFT (prefill of the
 prompt and its first token) of every method against full prefill's at 8K on a needle prompt no
 accuracy sample uses, interleaved in one process, 6 rounds; completion-task accuracy at 4K and 8K
-(the needle task dense SmolLM2 solves; 6 samples each, the needle at 6 depths: what fits a run of
-about 90 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a 32-token
+(the needle task dense SmolLM2 solves; 6 samples each, the needle at 6 depths: with the rest, about
+90 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a 32-token
 continuation of held-out license text after a 4K prefix (3 segments); the share of token rows
 each method computes over the layers; the peak RSS of a prefill of the timed prompt above the
 loaded model, each in a fresh process, sampled every 2 ms. SnapKV's prefill is full prefill (it
-compresses the cache for decode): it is an accuracy reference, never timed.
+compresses the cache for decode): it is an accuracy reference, never timed. ChatTasks: accuracy on
+the chat-format needle tasks at 4K (4 samples per task), whose needle sentence, haystack and
+prompt format the gates never trained on (its setup trains the gates again, about 10 minutes).
 The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
 bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
-4 training steps on 128-token rows, 2 probes (60 steps on 256-token rows in full mode).
+4 training steps on 128-token rows, 2 probes, 1 sample per chat task (60 steps on 256-token rows in
+full mode).
 """
 import math
 import time
@@ -52,6 +55,10 @@ TRAINING_SEEDS = 10_000  # completion samples for the gates and the probe: seeds
 PROBES = 2 if QUICK else 4
 PROBED = {"gemfilter": "filter_layer", "fastkv": "layer"}  # method -> its selection layer's field
 NEW_TOKENS = 10
+CHAT_TASKS = ("niah-single", "niah-multikey", "niah-multivalue")  # the chat-format tasks dense SmolLM2 partly solves
+CHAT_CONTEXT = list(CONTEXTS)[0]
+CHAT_SAMPLES = 1 if QUICK else 4  # per task
+CHAT_NEW_TOKENS = 32
 
 
 def needle_prompt(tok, length: int, seed: int, answered: bool = False):
@@ -121,19 +128,35 @@ def configurations() -> list[tuple[str, str]]:
     return [("full", KEEPS[0])] + [(m, k) for m in METHODS[1:] for k in KEEPS]
 
 
-def accuracy(model, tok, eos, prepared) -> tuple[dict, dict]:
-    """(context, method, keep) -> completion scores per sample, and the mean computed share."""
-    scores, shares = {}, {}
+def completion_samples(tok):
+    """(context, sample, prompt ids): the completion task's samples at every context."""
     for label, length in CONTEXTS.items():
         for seed in range(SAMPLES[label]):
             sample, ids, _ = needle_prompt(tok, length - 40, seed)
-            for method, keep in configurations():
-                pruning = make(method, keep, prepared)
-                cache, _ = pruning.prefill(model, ids[:-1], room=NEW_TOKENS + 24)
-                out = evaluate.decode(model, cache, None, NEW_TOKENS, eos, token=ids[-1])
-                key = (label, method, keep)
-                scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
-                shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
+            yield label, sample, ids
+
+
+def chat_samples(tok):
+    """(task, sample, prompt ids): the chat-format needle tasks' samples at CHAT_CONTEXT."""
+    count = evaluate.token_counter(tok)
+    for task in CHAT_TASKS:
+        for seed in range(CHAT_SAMPLES):
+            sample = LC.make(task, CONTEXTS[CHAT_CONTEXT] - 40, count, seed)
+            yield task, sample, tok.encode(sample.prompt()).ids
+
+
+def accuracy(model, tok, eos, prepared, samples, new_tokens: int = NEW_TOKENS) -> tuple[dict, dict]:
+    """(group, method, keep) -> the scores of the samples ((group, sample, ids) each), and the mean
+    computed share."""
+    scores, shares = {}, {}
+    for group, sample, ids in samples:
+        for method, keep in configurations():
+            pruning = make(method, keep, prepared)
+            cache, _ = pruning.prefill(model, ids[:-1], room=new_tokens + 24)
+            out = evaluate.decode(model, cache, None, new_tokens, eos, token=ids[-1])
+            key = (group, method, keep)
+            scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
+            shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
     return scores, {key: sum(v) / len(v) for key, v in shares.items()}
 
 
@@ -189,60 +212,77 @@ def memory(model, prepared: dict, ids) -> dict:
     return out
 
 
+def prepare(model, tok) -> dict:
+    """What the methods need: the gates trained per keep share (also saved beside the datasets) and
+    GemFilter's and FastKV's probed layers; with the training logs and seconds and the probe's ranks."""
+    rows = training_rows(tok)
+    gates, logs, seconds = {}, {}, {}
+    for keep in KEEPS:
+        started = time.monotonic()
+        knobs = tokengate.GateTraining(**{**TRAINING.__dict__, "target_keep": float(keep)})
+        gates[keep], logs[keep] = tokengate.train_gates(model, rows, knobs)
+        seconds[keep] = time.monotonic() - started
+        tokengate.save_gates(gates[keep], model, vectors.cache_dir() / "tokengate" / f"gates-{keep}{'-quick' if QUICK else ''}.pt")
+    layers, ranks = selection_layers(model, tok)
+    return {"gates": gates, "layers": layers, "training": logs, "training_s": seconds, "needle_ranks": ranks}
+
+
 class _Measured(common.ComputedOnce):
     timeout = 3 * 3600
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
-        rows = training_rows(tok)
-        gates, logs, seconds = {}, {}, {}
-        for keep in KEEPS:
-            started = time.monotonic()
-            knobs = tokengate.GateTraining(**{**TRAINING.__dict__, "target_keep": float(keep)})
-            gates[keep], logs[keep] = tokengate.train_gates(model, rows, knobs)
-            seconds[keep] = time.monotonic() - started
-            tokengate.save_gates(gates[keep], model, vectors.cache_dir() / "tokengate" / f"gates-{keep}{'-quick' if QUICK else ''}.pt")
-        layers, ranks = selection_layers(model, tok)
-        prepared = {"gates": gates, "layers": layers}
-        scores, shares = accuracy(model, tok, eos, prepared)
+        prepared = prepare(model, tok)
+        scores, shares = accuracy(model, tok, eos, prepared, completion_samples(tok))
         timed = timed_prompt(tok)
-        return {"training": logs, "training_s": seconds, "layers": layers, "needle_ranks": ranks,
+        return {**{key: prepared[key] for key in ("training", "training_s", "layers", "needle_ranks")},
                 "accuracy": scores, "shares": shares, "nll": continuation_nll(model, tok, prepared),
                 "timing": timing(model, prepared, timed), "memory": memory(model, prepared, timed)}
 
 
-class Prefill(_Measured):
-    """Every (method, keep) at every context: quality, computed share, TTFT and its speedup over full
-    prefill; the claim rows sit on (context=8k, method=tokengate)."""
-    params = (list(CONTEXTS), METHODS, KEEPS)
-    param_names = ["context", "method", "keep"]
+class _AccuracyRows:
+    """Accuracy rows over (group, method, keep), the group a context or a task; full prefill's rows sit
+    on the first keep share."""
 
-    def _key(self, context, method, keep):
+    def _key(self, group, method, keep):
         if method == "full" and keep != KEEPS[0]:
             raise SkipNotImplemented("full prefill has no keep share (its rows sit on the first)")
-        return context, method, keep
+        return group, method, keep
 
-    def _scores(self, r, context, method, keep):
-        return self._get(r["accuracy"], self._key(context, method, keep), "not measured")
+    def _scores(self, r, group, method, keep):
+        return self._get(r["accuracy"], self._key(group, method, keep), "not measured")
 
     @evidence.estimate
-    def track_accuracy(self, r, context, method, keep):
-        """Completion-task accuracy, Wilson interval."""
-        return intervals.rate(self._scores(r, context, method, keep))
+    def track_accuracy(self, r, group, method, keep):
+        """Accuracy over the samples, Wilson interval."""
+        return intervals.rate(self._scores(r, group, method, keep))
     track_accuracy.unit = metrics.ACCURACY.unit
 
     @evidence.estimate
-    def track_accuracy_change_points(self, r, context, method, keep):
+    def track_accuracy_change_points(self, r, group, method, keep):
         """Accuracy minus full prefill's, in points, paired over the same samples."""
-        items = list(zip(self._scores(r, context, "full", KEEPS[0]), self._scores(r, context, method, keep)))
+        items = list(zip(self._scores(r, group, "full", KEEPS[0]), self._scores(r, group, method, keep)))
         return intervals.bootstrap(items, lambda xs: 100 * sum(m - f for f, m in xs) / len(xs))
     track_accuracy_change_points.unit = metrics.POINTS.unit
 
-    def track_accuracy_margin_points(self, r, context, method, keep):
-        """The gate: accuracy minus the lower bound of full prefill's 95% interval, in points (>= 0 passes)."""
-        full = intervals.rate(self._scores(r, context, "full", KEEPS[0]))
-        return 100 * (intervals.rate(self._scores(r, context, method, keep)).value - full.low)
+    def track_accuracy_margin_points(self, r, group, method, keep):
+        """Accuracy minus the lower bound of full prefill's 95% interval, in points (>= 0 passes; the
+        claim's gate on the completion task at 8K)."""
+        full = intervals.rate(self._scores(r, group, "full", KEEPS[0]))
+        return 100 * (intervals.rate(self._scores(r, group, method, keep)).value - full.low)
     track_accuracy_margin_points.unit = metrics.POINTS.unit
+
+    def track_computed_share(self, r, group, method, keep):
+        """Token rows computed over the layers, over full prefill's (mean over the accuracy samples)."""
+        return self._get(r["shares"], self._key(group, method, keep), "not measured")
+    track_computed_share.unit = metrics.COMPUTED_SHARE.unit
+
+
+class Prefill(_AccuracyRows, _Measured):
+    """Every (method, keep) at every context: completion-task accuracy, perplexity, computed share, TTFT
+    and its speedup over full prefill; the claim rows sit on (context=8k, method=tokengate)."""
+    params = (list(CONTEXTS), METHODS, KEEPS)
+    param_names = ["context", "method", "keep"]
 
     @evidence.estimate
     def track_continuation_perplexity_change(self, r, context, method, keep):
@@ -251,11 +291,6 @@ class Prefill(_Measured):
         items = list(zip(r["nll"][context, "full", KEEPS[0]], pruned))
         return intervals.bootstrap(items, lambda xs: 100 * (math.exp(sum(m - f for f, m in xs) / len(xs)) - 1))
     track_continuation_perplexity_change.unit = metrics.PERCENT_CHANGE.unit
-
-    def track_computed_share(self, r, context, method, keep):
-        """Token rows computed over the layers, over full prefill's (mean over the accuracy samples)."""
-        return self._get(r["shares"], self._key(context, method, keep), "not measured")
-    track_computed_share.unit = metrics.COMPUTED_SHARE.unit
 
     def _times(self, r, context, method, keep):
         return self._get(r["timing"], self._key(context, method, keep),
@@ -323,3 +358,21 @@ class Probe(_Measured):
         """The needle's worst rank over the probes at that layer, as a share of the prompt."""
         return r["needle_ranks"][method][r["layers"][method]]
     track_needle_rank_share.unit = metrics.NEEDLE_RANK.unit
+
+
+class ChatTasks(_AccuracyRows, common.ComputedOnce):
+    """The chat-format needle tasks at 4K (1K in quick mode): another needle sentence ("One of the special
+    magic numbers for KEY is: VALUE."), a haystack of corpus sentences, the question in SmolLM2's chat
+    format, none of which the gates trained on; each task (4 samples) and the three pooled ("all"),
+    every method at every keep. The gates train here again (same seed and rows as Prefill's)."""
+    params = ([*CHAT_TASKS, "all"], METHODS, KEEPS)
+    param_names = ["task", "method", "keep"]
+    timeout = 3 * 3600
+
+    def setup_cache(self):
+        model, tok, eos = common.smollm2()
+        scores, shares = accuracy(model, tok, eos, prepare(model, tok), chat_samples(tok), CHAT_NEW_TOKENS)
+        for method, keep in configurations():
+            scores["all", method, keep] = [s for task in CHAT_TASKS for s in scores[task, method, keep]]
+            shares["all", method, keep] = sum(shares[task, method, keep] for task in CHAT_TASKS) / len(CHAT_TASKS)
+        return {"accuracy": scores, "shares": shares}

@@ -16,12 +16,13 @@ pytestmark = smollm_stub.NEEDS_TOKENIZER
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
+def patched(tmp_path_factory):
     model, tokenizer = smollm_stub.stand_in(n_layers=6, max_seq_len=512)
     cache = tmp_path_factory.mktemp("cache")
     contexts = dict(zip(suite.CONTEXTS, (256, 320)))
     knobs = {"CONTEXTS": contexts, "CLAIM_CONTEXT": list(contexts)[-1], "PERPLEXITY_CONTEXT": list(contexts)[0],
              "SAMPLES": {label: 2 for label in contexts}, "SEGMENTS": 2, "SCORED": 8, "ROUNDS": 2,
+             "CHAT_SAMPLES": 1, "CHAT_NEW_TOKENS": 4,
              "TRAINING": dataclasses.replace(suite.TRAINING, steps=2, length=160, recent=8)}
     with pytest.MonkeyPatch.context() as patch:
         for name, value in knobs.items():
@@ -31,7 +32,12 @@ def result(tmp_path_factory):
         patch.setattr(suite.measure, "in_child", lambda fn, *args: fn(*args, model=model))  # in process, tiny model
         # the baselines' layers, scaled to six layers
         patch.setattr(suite, "make", lambda method, keep, gates, make=suite.make: _scaled(make(method, keep, gates)))
-        yield suite.Prefill().setup_cache()
+        yield
+
+
+@pytest.fixture(scope="module")
+def result(patched):
+    return suite.Prefill().setup_cache()
 
 
 def _scaled(method):
@@ -86,6 +92,21 @@ def test_training_rows_hold_needles_followed_by_their_answer():
     assert ids == tokenizer.encode(sample.prompt()).ids  # the prompt accuracy evaluates
     assert tokenizer.decode([ids[i] for i in needle]).strip() == sample.answers[0]
 
+
+def test_the_chat_tasks_have_rows_per_task_and_pooled(patched):
+    result = suite.ChatTasks().setup_cache()
+    chat = suite.ChatTasks()
+    for task, method, keep in itertools.product(chat.params[0], suite.METHODS, suite.KEEPS):
+        if method == "full" and keep != suite.KEEPS[0]:
+            with pytest.raises(SkipNotImplemented):
+                chat.track_accuracy(result, task, method, keep)
+            continue
+        assert 0 <= chat.track_accuracy(result, task, method, keep) <= 1
+        assert math.isfinite(chat.track_accuracy_change_points(result, task, method, keep))
+        assert 0 < chat.track_computed_share(result, task, method, keep) <= 1.5
+    first = ("full", suite.KEEPS[0])
+    assert len(result["accuracy"][("all", *first)]) == len(suite.CHAT_TASKS) * suite.CHAT_SAMPLES
+    assert chat.track_accuracy_change_points(result, "all", *first) == 0.0
 
 
 @pytest.mark.model
