@@ -32,20 +32,26 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.fixture(scope="session")
-def asv_results(tmp_path_factory) -> Path:
-    """results dir of a real `asv run --python=same --set-commit-hash` over TINY_SUITE."""
-    repo = tmp_path_factory.mktemp("asvrepo")
-    (repo / "benchmarks").mkdir()
+def asv_repo(repo: Path, module: str, source: str) -> str:
+    """A git repository at `repo` holding one asv suite (benchmarks/<module>.py) and its asv.conf.json;
+    returns its commit."""
+    (repo / "benchmarks").mkdir(parents=True)
     (repo / "benchmarks" / "__init__.py").write_text("")
-    (repo / "benchmarks" / "tiny.py").write_text(textwrap.dedent(TINY_SUITE))
+    (repo / "benchmarks" / f"{module}.py").write_text(textwrap.dedent(source))
     (repo / "asv.conf.json").write_text(json.dumps({
         "version": 1, "project": "tiny", "repo": ".", "branches": ["HEAD"], "environment_type": "existing",
         "benchmark_dir": "benchmarks", "results_dir": "results", "env_dir": "env", "html_dir": "html"}))
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "tiny")
-    commit = _git(repo, "rev-parse", "HEAD").strip()
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture(scope="session")
+def asv_results(tmp_path_factory) -> Path:
+    """results dir of a real `asv run --python=same --set-commit-hash` over TINY_SUITE."""
+    repo = tmp_path_factory.mktemp("asvrepo")
+    commit = asv_repo(repo, "tiny", TINY_SUITE)
     home = repo / "home"
     home.mkdir()
     env = {**os.environ, "HOME": str(home)}

@@ -7,7 +7,7 @@ from asv.machine import Machine, MachineCollection
 
 from claimbench import runner
 
-from tests.conftest import _git
+from tests.conftest import asv_repo
 
 
 def test_code_stamp_sees_an_edit_in_any_code_folder(tmp_path):
@@ -27,22 +27,14 @@ def test_asv_runs_on_a_machine_file_of_its_own(tmp_path):
     """A run reads and rewrites only its private machine file: another run's half-written
     ~/.asv-machine.json (empty, as asv's in-place rewrite leaves it for a moment) cannot stop it."""
     repo, home = tmp_path / "repo", tmp_path / "home"
-    (repo / "benchmarks").mkdir(parents=True)
+    commit = asv_repo(repo, "one", "def track_one():\n    return 1.0\n")
     home.mkdir()
-    (repo / "benchmarks" / "__init__.py").write_text("")
-    (repo / "benchmarks" / "one.py").write_text("def track_one():\n    return 1.0\n")
-    (repo / "asv.conf.json").write_text(json.dumps({
-        "version": 1, "project": "one", "repo": ".", "branches": ["HEAD"], "environment_type": "existing",
-        "benchmark_dir": "benchmarks", "results_dir": "results", "env_dir": "env", "html_dir": "html"}))
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "one")
     (home / ".asv-machine.json").write_text("")
     private = tmp_path / "private.json"
     MachineCollection.save("box", {**Machine.get_defaults(), "machine": "box"}, _path=str(private))
     done = subprocess.run([sys.executable, "-m", "claimbench.asv_run", str(private), "--config",
-                           str(repo / "asv.conf.json"), "--python=same", "--set-commit-hash",
-                           _git(repo, "rev-parse", "HEAD").strip(), "--machine", "box"],
+                           str(repo / "asv.conf.json"), "--python=same", "--set-commit-hash", commit,
+                           "--machine", "box"],
                           cwd=repo, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert [p.name for p in (repo / "results" / "box").glob("*.json") if p.name != "machine.json"]
