@@ -111,17 +111,23 @@ class KVCache:
     """Keys and values per layer, k (B, n_kv_heads, capacity, qk_dim of the layer) and v
     (B, n_kv_heads, capacity, head_dim), the first `lengths[layer]` entries valid, with the original
     position of each entry. Layers hold the same entries unless a prefill token selection dropped
-    rows after some layer (then later layers hold fewer)."""
+    rows after some layer (then later layers hold fewer).
+
+    A layer's buffers are allocated at its first entries: room for them plus the spare the cache's
+    first entries left of `capacity` (the decode room), so a layer a selection pruned holds only what
+    reaches it, as a paged cache would; without a selection every layer gets `capacity`, doubling when
+    it overflows."""
 
     def __init__(self, config: LlamaConfig, batch: int = 1, capacity: int = 256, dtype=torch.float32,
                  device="cpu", qk_dims: list[int] | None = None):
         qk_dims = qk_dims or [config.head_dim] * config.n_layers
-        self.k = [torch.zeros(batch, config.n_kv_heads, capacity, d, dtype=dtype, device=device) for d in qk_dims]
-        self.v = [torch.zeros(batch, config.n_kv_heads, capacity, config.head_dim, dtype=dtype, device=device)
+        self.k = [torch.zeros(batch, config.n_kv_heads, 0, d, dtype=dtype, device=device) for d in qk_dims]
+        self.v = [torch.zeros(batch, config.n_kv_heads, 0, config.head_dim, dtype=dtype, device=device)
                   for _ in qk_dims]
-        self.positions = [torch.zeros(capacity, dtype=torch.long, device=device) for _ in qk_dims]
+        self.positions = [torch.zeros(0, dtype=torch.long, device=device) for _ in qk_dims]
         self.lengths = [0] * len(qk_dims)
         self.next_position = 0  # positions keep counting after drops
+        self.capacity, self.spare = capacity, None  # spare: set by the cache's first entries
 
     @property
     def length(self) -> int:
@@ -142,11 +148,13 @@ class KVCache:
         keys, values and key positions."""
         start, n = self.lengths[layer], k.shape[2]
         end = start + n
+        if self.spare is None:
+            self.spare = max(self.capacity - n, 0)
         if end > self.k[layer].shape[2]:
-            grow = max(end, 2 * self.k[layer].shape[2]) - self.k[layer].shape[2]
-            self.k[layer] = torch.cat([self.k[layer], self.k[layer].new_zeros(*k.shape[:2], grow, k.shape[3])], 2)
-            self.v[layer] = torch.cat([self.v[layer], self.v[layer].new_zeros(*v.shape[:2], grow, v.shape[3])], 2)
-            self.positions[layer] = torch.cat([self.positions[layer], self.positions[layer].new_zeros(grow)])
+            size = max(end, 2 * self.k[layer].shape[2]) if self.k[layer].shape[2] else end + self.spare
+            self.k[layer], self.v[layer], self.positions[layer] = (
+                _grown(buffer, size, dim) for buffer, dim in
+                ((self.k[layer], 2), (self.v[layer], 2), (self.positions[layer], 0)))
         self.k[layer][:, :, start:end] = k
         self.v[layer][:, :, start:end] = v
         self.positions[layer][start:end] = positions
@@ -187,11 +195,21 @@ class KVCache:
         other.k, other.v = [k.clone() for k in self.k], [v.clone() for v in self.v]
         other.positions = [p.clone() for p in self.positions]
         other.lengths, other.next_position = list(self.lengths), self.next_position
+        other.capacity, other.spare = self.capacity, self.spare
         return other
 
     def valid_positions(self, layer: int | None = None) -> Tensor:
         """Positions of the entries held (of one layer, or of all when they hold the same)."""
         return self.positions[0 if layer is None else layer][:self.length if layer is None else self.lengths[layer]]
+
+
+def _grown(buffer: Tensor, size: int, dim: int) -> Tensor:
+    """A zeroed buffer of `size` along dim holding `buffer` at its start; a normal tensor even when grown
+    inside a prefill's inference mode, so the cache can still be changed after it."""
+    with torch.inference_mode(False):
+        out = buffer.new_zeros(*buffer.shape[:dim], size, *buffer.shape[dim + 1:])
+        out.narrow(dim, 0, buffer.shape[dim]).copy_(buffer)
+    return out
 
 
 def rope_cos_sin(positions: Tensor, inv_freq: Tensor, dtype) -> tuple[Tensor, Tensor]:

@@ -145,16 +145,27 @@ def test_token_selection_drops_rows_in_later_layers_only(tiny):
         def select(self, layer, x, positions):
             return torch.tensor(kept[::-1]) if layer == 0 else None  # any order; kept in position order
 
-    cache = tiny.new_cache()
+    cache = tiny.new_cache(capacity=20)
     with tiny.select_tokens(AfterFirst()):
         logits = tiny(ids, cache)
     assert logits.shape[1] == len(kept) and cache.lengths == [12, 4]
+    # each layer's buffers hold its entries and the decode room the first entries left (20 - 12)
+    assert [k.shape[2] for k in cache.k] == [20, 12] and [v.shape[2] for v in cache.v] == [20, 12]
     assert cache.valid_positions(1).tolist() == kept
     with pytest.raises(ValueError, match="lengths"):
         cache.length
     # the next token sees layer 0's 12 entries and layer 1's 4: the same as running layer 1 on those rows
     step = tiny(tokens(1, seed=6), cache)
     assert step.shape == (1, 1, 256) and cache.lengths == [13, 5] and torch.isfinite(step).all()
+
+
+def test_a_cache_allocates_a_layer_at_its_first_entries_and_doubles_when_full(tiny):
+    cache = tiny.new_cache(capacity=16)
+    assert [k.shape[2] for k in cache.k] == [0, 0]  # nothing resident before the first entries
+    tiny(tokens(10, seed=1), cache)
+    assert [k.shape[2] for k in cache.k] == [16, 16] and cache.clone().k[1].shape[2] == 16
+    tiny(tokens(8, seed=2), cache)  # 18 entries overflow 16: the buffers double
+    assert [k.shape[2] for k in cache.k] == [32, 32] and cache.length == 18
 
 
 def test_identity_module_swap_equals_no_hook_and_restores(tiny):

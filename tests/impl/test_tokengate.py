@@ -53,6 +53,7 @@ def test_pruned_tokens_leave_later_layers_kv_and_the_always_kept_stay(tiny, ids)
     for layer in (2, 3):
         assert cache.lengths[layer] == 20
         assert cache.positions[layer][:20].tolist() == kept
+        assert cache.k[layer].shape[2] == cache.v[layer].shape[2] == 20 + 64  # no room held for pruned tokens
     assert gate.computed_share() == pytest.approx((2 * T + 2 * 20) / (4 * T))
     out = evaluate.decode(tiny, cache, None, 4, token=ids[-1])  # decoding reads the pruned cache
     assert len(out) == 4
