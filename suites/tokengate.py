@@ -13,7 +13,9 @@ accuracy sample uses, interleaved in one process, 6 rounds; completion-task accu
 90 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a 32-token
 continuation of held-out license text after a 4K prefix (3 segments); the share of token rows
 each method computes over the layers; the peak RSS of a prefill of the timed prompt above the
-loaded model, each in a fresh process, sampled every 2 ms. SnapKV's prefill is full prefill (it
+loaded model, each in a fresh process, sampled every 2 ms (each layer's KV is allocated when its
+first rows arrive, so a pruned layer holds only what reaches it; until 43bdfea every layer held
+room for the whole prompt, and TokenGate could not use less than full prefill). SnapKV's prefill is full prefill (it
 compresses the cache for decode): it is an accuracy reference, never timed. ChatTasks: accuracy on
 the chat-format needle tasks at 4K (4 samples per task), whose needle sentence, haystack and
 prompt format the gates never trained on (its setup trains the gates again, about 10 minutes).
