@@ -19,8 +19,9 @@ Reconstructed from the digest (our reading, not the paper's code):
 """
 from __future__ import annotations
 
+import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,7 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from claimbench.interfaces import PromptPrefill, TokenSelector
-from claimbench.llm.model import KVCache, Llama, check_window, load_for_model, rope_cos_sin, save_for_model
+from claimbench.llm.model import (KVCache, Llama, check_window, load_for_model, model_digest, rope_cos_sin,
+                                  save_for_model)
 
 
 def protected(positions: Tensor, length: int, sink: int, recent: int) -> Tensor:
@@ -176,16 +178,45 @@ def train_gates(model: Llama, rows: Tensor, knobs: GateTraining = GateTraining()
     return gates.eval().requires_grad_(False), log
 
 
-def save_gates(gates: Gates, model: Llama, path: Path) -> Path:
-    """The gates as a small file keyed by the model's digest."""
-    return save_for_model(path, model, layers=list(gates.layers), state=gates.state_dict())
+def save_gates(gates: Gates, model: Llama, path: Path, **extra) -> Path:
+    """The gates (and `extra`) as a small file keyed by the model's digest."""
+    return save_for_model(path, model, layers=list(gates.layers), state=gates.state_dict(), **extra)
 
 
 def load_gates(model: Llama, path: Path) -> Gates:
-    saved = load_for_model(path, model, "gates")
-    gates = Gates(model.config.dim, tuple(saved["layers"]))
+    return _gates_from(load_for_model(path, model, "gates"), model.config.dim)
+
+
+def _gates_from(saved: dict, dim: int) -> Gates:
+    gates = Gates(dim, tuple(saved["layers"]))
     gates.load_state_dict(saved["state"])
     return gates.eval().requires_grad_(False)
+
+
+def recipe_digest(model: Llama, rows: Tensor, knobs: GateTraining, layers: tuple[int, ...]) -> str:
+    """sha256 over what decides the trained gates: the model, the rows, the knobs, the gated layers, this
+    module's code and torch's version."""
+    digest = hashlib.sha256(f"{model_digest(model)} {sorted(asdict(knobs).items())} {layers} {torch.__version__}"
+                            .encode())
+    digest.update(rows.contiguous().numpy().tobytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def trained_gates(model: Llama, rows: Tensor, knobs: GateTraining, folder: Path,
+                  layers: tuple[int, ...] | None = None, say=None) -> tuple[Gates, list[dict], float]:
+    """train_gates once per recipe: the gates, their training log and the seconds that training took,
+    loaded from `folder` when gates of the same recipe (recipe_digest) were trained there before."""
+    layers = layers or default_layers(model.config.n_layers)
+    path = folder / f"gates-{recipe_digest(model, rows, knobs, layers)[:16]}.pt"
+    if path.exists():
+        saved = load_for_model(path, model, "gates")
+        return _gates_from(saved, model.config.dim), saved["log"], saved["seconds"]
+    started = time.monotonic()
+    gates, log = train_gates(model, rows, knobs, layers, say)
+    seconds = time.monotonic() - started
+    save_gates(gates, model, path, log=log, seconds=seconds)
+    return gates, log, seconds
 
 
 def full_prefill(model: Llama, ids, room: int) -> tuple[KVCache, Tensor]:

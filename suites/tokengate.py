@@ -15,17 +15,19 @@ continuation of held-out license text after a 4K prefix (3 segments); the share 
 each method computes over the layers; the peak RSS of a prefill of the timed prompt above the
 loaded model, each in a fresh process, sampled every 2 ms (each layer's KV is allocated when its
 first rows arrive, so a pruned layer holds only what reaches it; until 43bdfea every layer held
-room for the whole prompt, and TokenGate could not use less than full prefill). SnapKV's prefill is full prefill (it
-compresses the cache for decode): it is an accuracy reference, never timed. ChatTasks: accuracy on
+room for the whole prompt, and TokenGate could not use less than full prefill). SnapKV's prefill
+is full prefill (it compresses the cache for decode): it is an accuracy reference, never timed.
+ChatTasks: accuracy on
 the chat-format needle tasks at 4K (4 samples per task), whose needle sentence, haystack and
-prompt format the gates never trained on (its setup trains the gates again, about 10 minutes).
+prompt format the gates never trained on (its setup loads the gates Prefill's trained: the training
+runs once per recipe, keyed by the model, rows, knobs and gate code).
 The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
 bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
 4 training steps on 128-token rows, 2 probes, 1 sample per chat task (60 steps on 256-token rows in
 full mode).
 """
+import dataclasses
 import math
-import time
 
 import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
@@ -215,16 +217,14 @@ def memory(model, prepared: dict, ids) -> dict:
 
 
 def prepare(model, tok) -> dict:
-    """What the methods need: the gates trained per keep share (also saved beside the datasets) and
-    GemFilter's and FastKV's probed layers; with the training logs and seconds and the probe's ranks."""
+    """What the methods need: the gates per keep share (trained once per recipe, kept beside the datasets)
+    and GemFilter's and FastKV's probed layers; with the training logs and seconds and the probe's ranks."""
     rows = training_rows(tok)
     gates, logs, seconds = {}, {}, {}
     for keep in KEEPS:
-        started = time.monotonic()
-        knobs = tokengate.GateTraining(**{**TRAINING.__dict__, "target_keep": float(keep)})
-        gates[keep], logs[keep] = tokengate.train_gates(model, rows, knobs)
-        seconds[keep] = time.monotonic() - started
-        tokengate.save_gates(gates[keep], model, vectors.cache_dir() / "tokengate" / f"gates-{keep}{'-quick' if QUICK else ''}.pt")
+        knobs = dataclasses.replace(TRAINING, target_keep=float(keep))
+        gates[keep], logs[keep], seconds[keep] = tokengate.trained_gates(
+            model, rows, knobs, vectors.cache_dir() / "tokengate")
     layers, ranks = selection_layers(model, tok)
     return {"gates": gates, "layers": layers, "training": logs, "training_s": seconds, "needle_ranks": ranks}
 
@@ -366,7 +366,7 @@ class ChatTasks(_AccuracyRows, common.ComputedOnce):
     """The chat-format needle tasks at 4K (1K in quick mode): another needle sentence ("One of the special
     magic numbers for KEY is: VALUE."), a haystack of corpus sentences, the question in SmolLM2's chat
     format, none of which the gates trained on; each task (4 samples) and the three pooled ("all"),
-    every method at every keep. The gates train here again (same seed and rows as Prefill's)."""
+    every method at every keep, with Prefill's gates (the same recipe)."""
     params = ([*CHAT_TASKS, "all"], METHODS, KEEPS)
     param_names = ["task", "method", "keep"]
     timeout = 3 * 3600

@@ -133,3 +133,20 @@ def test_a_training_step_lowers_the_gates_loss(tiny):
     assert log[-1]["mean_keep"] < log[0]["mean_keep"]  # the budget pushes the keep-probabilities down
     assert not any(p.requires_grad for p in tiny.parameters())  # the base weights stayed frozen
     assert not any(p.requires_grad for p in gates.parameters())
+
+
+def test_gates_train_once_per_recipe(tiny, tmp_path, monkeypatch):
+    rows = torch.randint(0, 256, (4, 32), generator=torch.Generator().manual_seed(6))
+    knobs = tokengate.GateTraining(steps=2, length=32, batch=2, recent=8)
+    gates, log, seconds = tokengate.trained_gates(tiny, rows, knobs, tmp_path, layers=(1,))
+    assert len(log) == 2 and seconds > 0 and len(list(tmp_path.iterdir())) == 1
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the same recipe trained again")
+    monkeypatch.setattr(tokengate, "train_gates", no_training)
+    again, log_again, seconds_again = tokengate.trained_gates(tiny, rows, knobs, tmp_path, layers=(1,))
+    assert (log_again, seconds_again) == (log, seconds)
+    assert all(torch.equal(a, b) for a, b in zip(gates.state_dict().values(), again.state_dict().values()))
+    monkeypatch.undo()
+    tokengate.trained_gates(tiny, rows, dataclasses.replace(knobs, target_keep=0.5), tmp_path, layers=(1,))
+    assert len(list(tmp_path.iterdir())) == 2  # another recipe, another file
