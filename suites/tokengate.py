@@ -17,10 +17,9 @@ loaded model, each in a fresh process, sampled every 2 ms (each layer's KV is al
 first rows arrive, so a pruned layer holds only what reaches it; until 43bdfea every layer held
 room for the whole prompt, and TokenGate could not use less than full prefill). SnapKV's prefill
 is full prefill (it compresses the cache for decode): it is an accuracy reference, never timed.
-ChatTasks: accuracy on
-the chat-format needle tasks at 4K (4 samples per task), whose needle sentence, haystack and
-prompt format the gates never trained on (its setup loads the gates Prefill's trained: the training
-runs once per recipe, keyed by the model, rows, knobs and gate code).
+ChatTasks: accuracy on the chat-format needle tasks at 4K (4 samples per task), whose needle
+sentence, haystack and prompt format the gates never trained on (its setup loads the gates
+Prefill's trained: the training runs once per recipe, keyed by the model, rows, knobs and gate code).
 The claim row is TokenGate's TTFT speedup at 8K, gated on completion accuracy at least the lower
 bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 4 samples, 3 rounds,
 4 training steps on 128-token rows, 2 probes, 1 sample per chat task (60 steps on 256-token rows in
