@@ -148,9 +148,9 @@ def prefill_peak_rss_above_model(method, ids: list[int], sample_s: float = 0.002
     """In a fresh process (measure.in_child): load the model (or take the one given), then the peak
     resident memory, in bytes, during one prefill of the token ids by `method` (a PromptPrefill)
     above the RSS before it, sampled every `sample_s` seconds. Buffers of 1 MiB and more are mapped
-    and unmapped on their own (glibc's mmap threshold fixed), so freed activations leave the RSS at
-    once and cannot pin heap pages under longer-lived buffers: the peak follows the bytes alive, the
-    same way for every method however its allocations interleave."""
+    and unmapped on their own (glibc's mmap threshold fixed; other C libraries keep theirs), so freed
+    activations leave the RSS at once and cannot pin heap pages under longer-lived buffers: the peak
+    follows the bytes alive, the same way for every method however its allocations interleave."""
     import ctypes
     import os
     import threading
@@ -159,8 +159,9 @@ def prefill_peak_rss_above_model(method, ids: list[int], sample_s: float = 0.002
     def rss() -> int:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    M_MMAP_THRESHOLD = -3
-    ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    mallopt, M_MMAP_THRESHOLD = getattr(ctypes.CDLL(None), "mallopt", None), -3  # glibc only
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, 1 << 20)
     model = model if model is not None else load()[0]
     before, peak, done = rss(), [0], threading.Event()
 
