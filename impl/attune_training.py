@@ -321,8 +321,11 @@ def _moe_layers(model: nn.Module) -> list[MoEFeedForward]:
 
 
 def _train(recipe: dict, steps: int, deterministic: bool, profile_step: int | None, rank: int, world: int,
-           port: int | None) -> dict:
-    """One process's training loop (rank of world); rank 0's return value is the run's."""
+           port: int | None, report=lambda result: None) -> dict:
+    """One process's training loop (rank of world); rank 0's result is the run's. `report` gets the
+    result before the DDP model and the process group are torn down: that teardown once hung both ranks
+    (each joining a gloo thread as the Reducer was freed), and a result handed over first is not lost
+    with them."""
     torch.set_num_threads(recipe["runtime.threads"])
     torch.use_deterministic_algorithms(deterministic)
     if world > 1:
@@ -399,10 +402,12 @@ def _train(recipe: dict, steps: int, deterministic: bool, profile_step: int | No
                         "end_s": time.perf_counter() - started})
         for name, seconds in zip(phases, (t1 - t0, t_forward, t_backward, t3 - t2)):
             phases[name] += seconds
+    result = {"steps": records, "init_digest": init_digest, "phases": phases,
+              "padding_share": padded / max(1, padded + real), "profile": profile}
+    report(result)
     if world > 1:
         torch.distributed.destroy_process_group()
-    return {"steps": records, "init_digest": init_digest, "phases": phases,
-            "padding_share": padded / max(1, padded + real), "profile": profile}
+    return result
 
 
 def _profiler():
@@ -422,9 +427,8 @@ def _summary(prof, top: int = 12) -> dict:
 
 def _rank_main(rank, recipe, steps, deterministic, profile_step, world, port, queue):
     try:
-        result = _train(recipe, steps, deterministic, profile_step, rank, world, port)
-        if rank == 0:
-            queue.put(("ok", result))
+        _train(recipe, steps, deterministic, profile_step, rank, world, port,
+               report=(lambda result: queue.put(("ok", result))) if rank == 0 else (lambda result: None))
     except Exception as e:  # noqa: BLE001 - reported to the parent, which records it
         queue.put(("error", f"rank {rank}: {type(e).__name__}: {e}"))
 
@@ -449,7 +453,7 @@ def run(recipe: dict, steps: int, deterministic: bool = False, profile_step: int
     for p in ranks:
         p.start()
     status, result = queue.get()
-    for p in ranks:
+    for p in ranks:  # a rank whose teardown hangs is stopped: the result is already here
         p.join(30 if status == "ok" else 1)
         if p.is_alive():
             p.kill()

@@ -12,6 +12,7 @@ from claimbench.impl import attune_training as training
 from claimbench.interfaces import RecipeProposer
 from claimbench.suites import attune as suite
 
+CHECK_TIMEOUT_S = 300  # a tiny run takes seconds: a hung one fails the test in minutes, not the gate's 30
 TINY = {"model.dim": 32, "model.layers": 2, "model.heads": 2, "model.kv_heads": 1, "model.ffn_dim": 32,
         "moe.experts": 4, "train.tokens_per_step": 256, "train.sequence_length": 32, "runtime.threads": 1}
 
@@ -22,7 +23,7 @@ def tiny() -> dict:
 
 @pytest.fixture(scope="module")
 def reference():
-    return attune_gate.reference_run(tiny(), 3)
+    return attune_gate.reference_run(tiny(), 3, CHECK_TIMEOUT_S)
 
 
 def planted(changes: dict) -> dict:
@@ -64,7 +65,7 @@ def test_moe_dispatch_implementations_agree_and_capacity_drops():
 @pytest.mark.parametrize("name", list(suite.PLANTED))
 def test_every_planted_semantic_change_is_rejected(name, reference):
     candidate = planted(suite.PLANTED[name])
-    decision = attune_gate.check(candidate, tiny(), reference, tolerance=1e-5)
+    decision = attune_gate.check(candidate, tiny(), reference, tolerance=1e-5, timeout_s=CHECK_TIMEOUT_S)
     assert not decision.accepted and decision.stage == "static" and decision.reasons
 
 
@@ -74,16 +75,18 @@ def test_the_dynamic_check_alone_catches_changes_the_run_shows(name, reference):
     changes = dict(suite.PLANTED[name])
     if "data.truncate_tokens" in changes:
         changes["data.truncate_tokens"] = 20
-    decision = attune_gate.check(planted(changes), tiny(), reference, tolerance=1e-5, static=False)
+    decision = attune_gate.check(planted(changes), tiny(), reference, tolerance=1e-5, timeout_s=CHECK_TIMEOUT_S,
+                                static=False)
     assert not decision.accepted and decision.stage == "dynamic", decision
 
 
 def test_every_legitimate_change_is_accepted(reference):
-    deviations = [attune_gate.check({**tiny(), **p}, tiny(), reference, float("inf")).loss_deviation
+    deviations = [attune_gate.check({**tiny(), **p}, tiny(), reference, float("inf"),
+                                    timeout_s=CHECK_TIMEOUT_S).loss_deviation
                   for p in suite.NOISE_PROBES]
     tolerance = attune_gate.tolerance_from_noise(deviations)
     for name, changes in suite.LEGITIMATE.items():
-        decision = attune_gate.check({**tiny(), **changes}, tiny(), reference, tolerance)
+        decision = attune_gate.check({**tiny(), **changes}, tiny(), reference, tolerance, timeout_s=CHECK_TIMEOUT_S)
         assert decision.accepted, (name, decision)
 
 
