@@ -22,6 +22,7 @@ the paper names no model.
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import math
 import os
@@ -39,6 +40,7 @@ from claimbench.datasets import text
 
 DIGEST_PRIME = 2_147_483_647  # step digests are sums of per-target hashes modulo this prime
 IGNORE = -100  # target of a padded position
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)  # a DDP rank waiting longer on the others fails
 
 
 @dataclass(frozen=True)
@@ -321,18 +323,16 @@ def _moe_layers(model: nn.Module) -> list[MoEFeedForward]:
 
 
 def _train(recipe: dict, steps: int, deterministic: bool, profile_step: int | None, rank: int, world: int,
-           port: int | None, report=lambda result: None) -> dict:
-    """One process's training loop (rank of world); rank 0's result is the run's. `report` gets the
-    result before the DDP model and the process group are torn down: that teardown once hung both ranks
-    (each joining a gloo thread as the Reducer was freed), and a result handed over first is not lost
-    with them."""
+           store_port: int | None, report=lambda result: None) -> dict:
+    """One process's training loop (rank of world, meeting the others at the TCPStore on store_port);
+    rank 0's result is the run's. `report` gets the result while the DDP model and the process group
+    still live: a rank's report sends it and ends the process (see _rank_main)."""
     torch.set_num_threads(recipe["runtime.threads"])
     torch.use_deterministic_algorithms(deterministic)
     if world > 1:
-        import datetime
         import torch.distributed as dist
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=120))
+        store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     model = build_model(recipe)
     init_digest = parameter_digest(model)
     forward = trained = _TrainForward(model)
@@ -405,8 +405,6 @@ def _train(recipe: dict, steps: int, deterministic: bool, profile_step: int | No
     result = {"steps": records, "init_digest": init_digest, "phases": phases,
               "padding_share": padded / max(1, padded + real), "profile": profile}
     report(result)
-    if world > 1:
-        torch.distributed.destroy_process_group()
     return result
 
 
@@ -425,38 +423,61 @@ def _summary(prof, top: int = 12) -> dict:
             "peak_memory_bytes": max((e.cpu_memory_usage for e in events), default=0)}
 
 
-def _rank_main(rank, recipe, steps, deterministic, profile_step, world, port, queue):
+def _rank_main(rank, recipe, steps, deterministic, profile_step, world, store_port, queue):
+    """One DDP rank. It hands its outcome over (rank 0's result, or any rank's error), waits until the
+    queue has sent it and leaves with os._exit, never tearing DDP down: freeing the Reducer and gloo's
+    process group deadlocks now and then (torch 2.13: the main thread joins a gloo worker while holding
+    the GIL that worker waits for to free a tensor), and when it did so before the queue's feeder thread
+    had sent the result, the result never came."""
+    def finish(outcome):
+        if rank == 0 or outcome[0] == "error":
+            queue.put(outcome)
+        queue.close()
+        queue.join_thread()
+        os._exit(0)
     try:
-        _train(recipe, steps, deterministic, profile_step, rank, world, port,
-               report=(lambda result: queue.put(("ok", result))) if rank == 0 else (lambda result: None))
+        _train(recipe, steps, deterministic, profile_step, rank, world, store_port,
+               report=lambda result: finish(("ok", result)))
     except Exception as e:  # noqa: BLE001 - reported to the parent, which records it
-        queue.put(("error", f"rank {rank}: {type(e).__name__}: {e}"))
+        finish(("error", f"rank {rank}: {type(e).__name__}: {e}"))
 
 
 def run(recipe: dict, steps: int, deterministic: bool = False, profile_step: int | None = None) -> dict:
     """Train `steps` steps of a validated recipe from its initialization; `runtime.processes` > 1 runs
-    DDP over gloo in that many processes on 127.0.0.1 (each `runtime.threads` threads). Returns the
-    per-step records, the initial parameters' digest, time per phase, the padding share and, at
-    `profile_step`, torch.profiler's summary."""
+    DDP over gloo in that many processes on 127.0.0.1 (each `runtime.threads` threads), meeting at a
+    TCPStore this process holds on a port the system chose. Returns the per-step records, the initial
+    parameters' digest, time per phase, the padding share and, at `profile_step`, torch.profiler's
+    summary."""
     world = recipe["runtime.processes"]
     if world == 1:
         return _train(recipe, steps, deterministic, profile_step, 0, 1, None)
     import multiprocessing
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    import queue as queue_mod
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    ranks = [context.Process(target=_rank_main, args=(r, recipe, steps, deterministic, profile_step, world, port, queue),
-                             daemon=True) for r in range(world)]
+    ranks = [context.Process(target=_rank_main, daemon=True,
+                             args=(r, recipe, steps, deterministic, profile_step, world, store.port, queue))
+             for r in range(world)]
     for p in ranks:
         p.start()
-    status, result = queue.get()
-    for p in ranks:  # a rank whose teardown hangs is stopped: the result is already here
-        p.join(30 if status == "ok" else 1)
-        if p.is_alive():
-            p.kill()
+    try:
+        while True:  # a rank that dies without a word (killed, crashed) ends the run at once
+            try:
+                status, result = queue.get(timeout=1.0)
+                break
+            except queue_mod.Empty:
+                died = [f"rank {r} died (exit code {p.exitcode})" for r, p in enumerate(ranks) if p.exitcode]
+                if died:
+                    status, result = "error", "; ".join(died)
+                    break
+    finally:
+        for p in ranks:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
     if status != "ok":
         raise RuntimeError(result)
     return result

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from claimbench import measure
 from claimbench.baselines.recipe_grid import GridSearch
 from claimbench.datasets import recipes
 from claimbench.impl import attune, attune_gate, attune_proposers
@@ -90,6 +91,12 @@ def test_every_legitimate_change_is_accepted(reference):
         assert decision.accepted, (name, decision)
 
 
+def test_a_failing_ddp_rank_ends_the_run_with_its_error():
+    one_row = {**tiny(), "train.tokens_per_step": 32, "runtime.processes": 2, "runtime.threads": 1}
+    status, why = measure.in_child_within(training.run, (one_row, 2), CHECK_TIMEOUT_S)
+    assert status == "error" and "fewer rows than runtime.processes" in why, why
+
+
 class Scripted(RecipeProposer):
     """Proposals from a list: a dict, an exception to raise, or None."""
     name = "scripted"
@@ -131,7 +138,6 @@ def test_failing_proposers_are_recorded_and_the_tuner_goes_on(reference, tmp_pat
 def test_the_budget_is_respected(reference, monkeypatch):
     """Each proposal takes 2 s of a fake clock; no trial starts after the 5 s budget, and a check
     run is given at most what is left of it."""
-    from claimbench import measure
     now = [0.0]
     timeouts = []
 
