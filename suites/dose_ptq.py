@@ -201,16 +201,28 @@ class Policy(_Measured):
         return sum(r["decisions"][policy])
     track_adoptions.unit = metrics.COUNT.unit
 
+    def _harmful(self, r, policy) -> intervals.Estimate:
+        """Adopted, and worse than RTN on the test split beyond the difference's 95% interval (the value
+        and the interval's low end); the high end also counts the adopted runs whose interval reaches
+        below 0, where harm is not ruled out."""
+        adopted = [change for adopted, change in self._judged(r, policy) if adopted]
+        harmful = sum(change.high < 0 for change in adopted)
+        return intervals.Estimate(harmful, harmful, sum(change.low < 0 for change in adopted),
+                                  len(r["rtn"]["test"]), "adopted runs harmful beyond to within their 95% "
+                                  "paired-bootstrap intervals over test queries", intervals.MIN_ITEMS)
+
+    @evidence.estimate
     def track_harmful_adoptions(self, r, policy):
         """Adopted, and worse than RTN on the test split beyond the difference's 95% interval."""
-        return sum(adopted and change.high < 0 for adopted, change in self._judged(r, policy))
+        return self._harmful(r, policy)
     track_harmful_adoptions.unit = metrics.HARMFUL_ADOPTIONS.unit
 
+    @evidence.estimate
     def track_gate_harmful_adoptions(self, r, policy):
         """The claim row: the dose gate's harmful adoptions."""
         if policy != "dose-gate":
             raise SkipNotImplemented("the claim row is the dose gate's (every policy: track_harmful_adoptions)")
-        return self.track_harmful_adoptions(r, policy)
+        return self._harmful(r, policy)
     track_gate_harmful_adoptions.unit = metrics.HARMFUL_ADOPTIONS.unit
 
     def track_helpful_missed(self, r, policy):
@@ -231,26 +243,36 @@ class Outcome(_Measured):
     def _changes(self, r) -> list[float]:
         return [r["changes"][i].value for i in self._usable(r)]
 
+    def _extreme(self, r, pick) -> int:
+        return pick(self._usable(r), key=lambda i: r["changes"][i].value)
+
+    @evidence.estimate
     def track_best_test_ndcg_change_points(self, r):
-        return max(self._changes(r))
+        return r["changes"][self._extreme(r, max)]
     track_best_test_ndcg_change_points.unit = metrics.POINTS.unit
 
+    @evidence.estimate
     def track_worst_test_ndcg_change_points(self, r):
-        return min(self._changes(r))
+        return r["changes"][self._extreme(r, min)]
     track_worst_test_ndcg_change_points.unit = metrics.POINTS.unit
 
+    @evidence.estimate
     def track_ndcg_spread_points(self, r):
         """Best minus worst test-split NDCG@10 change vs RTN over the runs that did not diverge (the
-        paper: +1.47 to -71.53)."""
-        return max(self._changes(r)) - min(self._changes(r))
+        paper: +1.47 to -71.53): the best run's NDCG@10 minus the worst's on the same test queries, paired
+        bootstrap over queries (the two runs chosen on the whole split, as a folded claim's deciding row)."""
+        best, worst = (r["runs"][self._extreme(r, pick)].ndcg["test"] for pick in (max, min))
+        return ndcg_change(best, worst)
     track_ndcg_spread_points.unit = metrics.POINTS.unit
 
+    @evidence.estimate
     def track_dose_change_correlation(self, r):
-        """Spearman rank correlation of dose and test-split change vs RTN over the runs that did not diverge."""
+        """Spearman rank correlation of dose and test-split change vs RTN over the runs that did not
+        diverge, bootstrap over runs."""
         doses, changes = [r["runs"][i].dose for i in self._usable(r)], self._changes(r)
         if len(set(doses)) < 3 or len(set(changes)) < 2:
             raise SkipNotImplemented("the correlation needs 3 or more runs that did not diverge, of different doses")
-        return spearman(doses, changes)
+        return intervals.bootstrap(list(zip(doses, changes)), lambda pairs: spearman(*zip(*pairs)))
     track_dose_change_correlation.unit = metrics.RANK_CORRELATION.unit
 
     def track_diverged_runs(self, r):
@@ -272,7 +294,8 @@ class Outcome(_Measured):
 
 
 def spearman(x, y) -> float:
-    """Spearman's rank correlation, ties given their average rank."""
+    """Spearman's rank correlation, ties given their average rank; undefined (nan) where either side is
+    constant (a bootstrap resample can draw one run only)."""
     def ranks(values):
         values = np.asarray(values, dtype=np.float64)
         out = np.empty(len(values))
@@ -280,4 +303,7 @@ def spearman(x, y) -> float:
         for v in np.unique(values):
             out[values == v] = out[values == v].mean()
         return out
-    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])

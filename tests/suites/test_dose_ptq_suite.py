@@ -89,3 +89,31 @@ def test_spearman_on_a_hand_computed_case():
     assert suite.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1)
     # ties: ranks of y are 1, 2.5, 2.5, 4 -> Pearson of (1, 2, 3, 4) and (1, 2.5, 2.5, 4)
     assert suite.spearman([1, 2, 3, 4], [1, 5, 5, 9]) == pytest.approx(0.9486833, abs=1e-6)
+
+
+def test_the_spread_is_the_best_run_minus_the_worst_with_a_paired_interval_over_test_queries(result, tmp_path):
+    from claimbench import evidence
+    path = tmp_path / "evidence.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(evidence.ENV, str(path))
+        outcome = suite.Outcome()
+        spread = outcome.track_ndcg_spread_points(result)
+        best, worst = outcome.track_best_test_ndcg_change_points(result), outcome.track_worst_test_ndcg_change_points(result)
+    assert spread == pytest.approx(best - worst)
+    recorded = evidence.read(path)[("dose_ptq.Outcome.track_ndcg_spread_points", "{}")]
+    assert recorded["low"] <= spread <= recorded["high"] and recorded["n"] == len(result["rtn"]["test"])
+
+
+def test_harmful_adoptions_count_surely_worse_runs_and_bound_them_by_the_runs_harm_is_not_ruled_out_for():
+    from claimbench.intervals import Estimate
+    changes = [Estimate(-5, -8, -2, 12, "planted"), Estimate(-1, -3, 1, 12, "planted"), Estimate(4, 2, 6, 12, "planted"),
+               None]
+    r = {"changes": changes, "rtn": {"test": [0.5] * 12},
+         "decisions": {"dose-gate": [False, True, True, False], "always-adopt": [True, True, True, False]}}
+    gate, everything = suite.Policy()._harmful(r, "dose-gate"), suite.Policy()._harmful(r, "always-adopt")
+    assert (gate.value, gate.low, gate.high, gate.n) == (0, 0, 1, 12)
+    assert (everything.value, everything.low, everything.high) == (1, 1, 2)
+
+
+def test_spearman_is_undefined_where_one_side_is_constant():
+    assert math.isnan(suite.spearman([1, 1, 1], [1, 2, 3]))
