@@ -22,7 +22,8 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 (a verdict without an interval says "no interval").
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
-deciding combination; each combination's own is in the detail. Other outcomes:
+deciding combination; a mean or median over them, the same fold of their bounds (conservative: exact
+when the combinations' errors move together); each combination's own is in the detail. Other outcomes:
 gate failed     the method did not pass its quality gate, so its ratio does not count
 not testable    the machine lacks what the claim needs (a GPU, TensorRT), or nothing offline can
                 measure it (the reason says which)
@@ -168,7 +169,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
                 detail.append(entry)
                 continue
         if value is not None:
-            passing.append(value)
+            passing.append(entry)
         detail.append(entry)
 
     if not any(e["value"] is not None or e.get("gate_value") is not None for e in detail):
@@ -185,10 +186,11 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         return Verdict(claim, machine, NOT_MEASURED, gate=gate, detail=detail,
                        reason="the benchmark failed on this machine (see the asv log)")
 
-    value = _FOLD[claim.fold](passing)
-    deciding = next((e for e in detail if e["value"] == value and e.get("gate_passed", True)), {})
-    low, high = deciding.get("low"), deciding.get("high")
-    enough = deciding.get("n") is None or deciding["n"] >= (deciding.get("min_n") or 1)
+    value = _FOLD[claim.fold]([e["value"] for e in passing])
+    deciding = next((e for e in passing if e["value"] == value), {}) if claim.fold in ("max", "min") else {}
+    bounds = deciding or _folded_interval(claim.fold, passing)
+    low, high = bounds.get("low"), bounds.get("high")
+    enough = bounds.get("n") is None or bounds["n"] >= (bounds.get("min_n") or 1)
     verdict, why = classify(claim, value, low, high, enough)
     shown = f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None else "")
     if claim.target is None:
@@ -196,15 +198,26 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     else:
         reason = f"{claim.fold} over {len(passing)} combination(s) = {shown} {claim.unit} vs claimed {claim.claimed_text}"
         if len(passing) > 1:
-            reason += f"; {sum(reaches(claim, v) for v in passing)} of {len(passing)} reach it"
+            reason += f"; {sum(reaches(claim, e['value']) for e in passing)} of {len(passing)} reach it"
         reason += f"; {why}"
         if not enough:
-            reason += f" ({deciding['n']} samples, {deciding['min_n']} needed)"
+            reason += f" ({bounds['n']} samples, {bounds['min_n']} needed)"
         reason += _explained(claim, deciding)
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail, low=low, high=high,
-                   samples=deciding.get("n"))
+                   samples=bounds.get("n"))
+
+
+def _folded_interval(fold: str, passing: list[dict]) -> dict:
+    """A mean or median over combinations: the same fold of their bounds, the fold's own interval where
+    the combinations' errors move together (rows from the same samples), in practice wider where they
+    do not; none unless every combination has one. It rests on the fewest samples among them."""
+    if not passing or any(e.get("low") is None for e in passing):
+        return {}
+    worst = min(passing, key=lambda e: (e.get("n") or 0) - (e.get("min_n") or 1))
+    return {"low": _FOLD[fold]([e["low"] for e in passing]), "high": _FOLD[fold]([e["high"] for e in passing]),
+            "n": worst["n"], "min_n": worst.get("min_n")}
 
 
 def _interval_fields(found: dict | None) -> dict:

@@ -145,6 +145,20 @@ def test_a_folded_claim_takes_the_deciding_combinations_interval():
     assert [(d["low"], d["high"]) for d in v.detail] == [(2.5, 3.5), (0.5, 2.0)]
 
 
+def test_a_mean_over_combinations_takes_the_mean_of_their_bounds_and_none_where_one_lacks_an_interval():
+    measured = {P(d="a"): 3.0, P(d="b"): 2.0, P(d="c"): 0.5}
+    found = {P(d="a"): {"low": 2.5, "high": 3.5, "n": 7, "min_n": 6}, P(d="b"): {"low": 2.0, "high": 2.0, "n": 1,
+                                                                               "min_n": 1}}
+    gate = {P(d="a"): 0.0, P(d="b"): 0.0, P(d="c"): -5.0}  # c fails the gate: out of the mean and its bounds
+    c = claim(aggregate="mean", gate=Gate(benchmark="s.C.track_gate", min=-1.0))
+    v = V.judge(c, measured, gate_values=gate, intervals=found)
+    assert (v.measured, v.low, v.high, v.samples, v.verdict) == (2.5, 2.25, 2.75, 1, V.REPRODUCED)
+    few = {**found, P(d="a"): {**found[P(d="a")], "n": 5}}
+    assert V.judge(c, measured, gate_values=gate, intervals=few).verdict == V.INCONCLUSIVE
+    lacking = V.judge(c, measured, gate_values=gate, intervals={P(d="a"): found[P(d="a")]})
+    assert lacking.low is None and "no interval" in lacking.reason
+
+
 def test_a_rounding_error_short_of_the_claim_reaches_it():
     from claimbench import verdicts
     from claimbench.registry import Claim

@@ -25,3 +25,17 @@ def test_a_cache_that_never_spills_is_a_clear_error():
     r = {("t", suite.CLAIM_PROFILE, p, "block"): replay(0, 500, {}) for p in ("write-all", "layer-type-gating")}
     with pytest.raises(ValueError, match="wrote nothing"):
         suite.claim(r, "t", "layer-type-gating", "block")
+
+
+def test_a_claim_row_is_the_median_of_the_replicate_session_sets_and_the_fixed_trace_is_exact():
+    rows = suite.replicated([3.0, 1.0, 2.0, 5.0, 4.0, 7.0, 6.0, 9.0, 8.0, 10.0])
+    assert rows.value == 5.5 and rows.low <= 5.5 <= rows.high and rows.n == 10 and rows.enough
+    exact = suite.replicated([4.2])
+    assert (exact.value, exact.low, exact.high, exact.n) == (4.2, 4.2, 4.2, 1) and exact.enough
+    assert "deterministic" in exact.method
+
+
+def test_replicates_draw_disjoint_generated_sessions_and_the_mooncake_trace_has_none():
+    assert suite.trace("generated-agent", 1) != suite.trace("generated-agent", 0)
+    with pytest.raises(ValueError, match="one fixed trace"):
+        suite.trace("mooncake-conversation", 1)
