@@ -212,10 +212,12 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
 def _folded_interval(fold: str, passing: list[dict]) -> dict:
     """A mean or median over combinations: the same fold of their bounds, the fold's own interval where
     the combinations' errors move together (rows from the same samples), in practice wider where they
-    do not; none unless every combination has one. It rests on the fewest samples among them."""
+    do not; none unless every combination has one. It rests on the fewest samples among those whose
+    interval has a width (an exact row, e.g. a deterministic replay of a fixed trace, adds none)."""
     if not passing or any(e.get("low") is None for e in passing):
         return {}
-    worst = min(passing, key=lambda e: (e.get("n") or 0) - (e.get("min_n") or 1))
+    sampled = [e for e in passing if e["high"] > e["low"]] or passing
+    worst = min(sampled, key=lambda e: (e.get("n") or 0) - (e.get("min_n") or 1))
     return {"low": _FOLD[fold]([e["low"] for e in passing]), "high": _FOLD[fold]([e["high"] for e in passing]),
             "n": worst["n"], "min_n": worst.get("min_n")}
 
