@@ -22,8 +22,9 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 (a verdict without an interval says "no interval").
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
-deciding combination; a mean or median over them, the same fold of their bounds (conservative: exact
-when the combinations' errors move together); each combination's own is in the detail. Other outcomes:
+deciding combination; a fold that no one combination decides (a mean, the median of an even count)
+takes the same fold of their bounds (conservative: exact when the combinations' errors move
+together); each combination's own is in the detail. Other outcomes:
 gate failed     the method did not pass its quality gate, so its ratio does not count
 not testable    the machine lacks what the claim needs (a GPU, TensorRT), or nothing offline can
                 measure it (the reason says which)
@@ -187,7 +188,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
                        reason="the benchmark failed on this machine (see the asv log)")
 
     value = _FOLD[claim.fold]([e["value"] for e in passing])
-    deciding = next((e for e in passing if e["value"] == value), {}) if claim.fold in ("max", "min") else {}
+    deciding = next((e for e in passing if e["value"] == value), {})
     bounds = deciding or _folded_interval(claim.fold, passing)
     low, high = bounds.get("low"), bounds.get("high")
     enough = bounds.get("n") is None or bounds["n"] >= (bounds.get("min_n") or 1)
@@ -210,7 +211,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
 
 
 def _folded_interval(fold: str, passing: list[dict]) -> dict:
-    """A mean or median over combinations: the same fold of their bounds, the fold's own interval where
+    """A mean or median over combinations that no one of them decides: the same fold of their bounds, the fold's own interval where
     the combinations' errors move together (rows from the same samples), in practice wider where they
     do not; none unless every combination has one. It rests on the fewest samples among those whose
     interval has a width (an exact row, e.g. a deterministic replay of a fixed trace, adds none)."""
