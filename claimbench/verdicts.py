@@ -22,7 +22,7 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 (a verdict without an interval says "no interval").
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
-deciding combination; a fold that no one combination decides (a mean, the median of an even count)
+deciding combination; a mean, or a median that no one combination decides (of an even count),
 takes the same fold of their bounds (conservative: exact when the combinations' errors move
 together); each combination's own is in the detail. Other outcomes:
 gate failed     the method did not pass its quality gate, so its ratio does not count
@@ -188,7 +188,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
                        reason="the benchmark failed on this machine (see the asv log)")
 
     value = _FOLD[claim.fold]([e["value"] for e in passing])
-    deciding = next((e for e in passing if e["value"] == value), {})
+    deciding = {} if claim.fold == "mean" else next((e for e in passing if e["value"] == value), {})
     bounds = deciding or _folded_interval(claim.fold, passing)
     low, high = bounds.get("low"), bounds.get("high")
     enough = bounds.get("n") is None or bounds["n"] >= (bounds.get("min_n") or 1)
@@ -211,10 +211,11 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
 
 
 def _folded_interval(fold: str, passing: list[dict]) -> dict:
-    """A mean or median over combinations that no one of them decides: the same fold of their bounds, the fold's own interval where
-    the combinations' errors move together (rows from the same samples), in practice wider where they
-    do not; none unless every combination has one. It rests on the fewest samples among those whose
-    interval has a width (an exact row, e.g. a deterministic replay of a fixed trace, adds none)."""
+    """A mean, or a median that no one combination decides: the same fold of their bounds, the fold's
+    own interval where the combinations' errors move together (rows from the same samples), in practice
+    wider where they do not; none unless every combination has one. It rests on the fewest samples
+    among those whose interval has a width (an exact row, e.g. a deterministic replay of a fixed trace,
+    adds none)."""
     if not passing or any(e.get("low") is None for e in passing):
         return {}
     sampled = [e for e in passing if e["high"] > e["low"]] or passing

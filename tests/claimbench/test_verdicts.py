@@ -157,6 +157,8 @@ def test_a_mean_over_combinations_takes_the_mean_of_their_bounds_and_none_where_
     assert V.judge(c, measured, gate_values=gate, intervals=few).verdict == V.INCONCLUSIVE
     lacking = V.judge(c, measured, gate_values=gate, intervals={P(d="a"): found[P(d="a")]})
     assert lacking.low is None and "no interval" in lacking.reason
+    even = V.judge(claim(aggregate="median"), {P(d="a"): 3.0, P(d="b"): 2.0}, intervals=found)
+    assert (even.measured, even.low, even.high) == (2.5, 2.25, 2.75)  # no one row decides a median of two
 
 
 def test_a_rounding_error_short_of_the_claim_reaches_it():
