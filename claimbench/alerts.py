@@ -24,7 +24,9 @@ a higher-is-better series that crosses zero is negated instead.
 
 A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
-its reason, but is no longer open (nor fails `--fail-on`).
+its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to any
+file on its suite's code path (claimbench.codepath), or two runs of one commit, says so: the machine, its
+load or its libraries changed, not the code. It stays open: the change is real on that machine.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 from asv import step_detect
 
-from . import inputs
+from . import codepath, inputs
 from . import verdicts as V
 from .registry import REPO_ROOT
 
@@ -169,7 +171,8 @@ def detect(values: list[float], direction: str, threshold: float) -> list[tuple[
     return found
 
 
-def regressions(con, thresholds: Thresholds) -> list[Alert]:
+def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
+    """Both rules over every series; a step with no change on its suite's code path (git at root) says so."""
     rows = con.execute(
         """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
                   r.inputs
@@ -187,9 +190,23 @@ def regressions(con, thresholds: Thresholds) -> list[Alert]:
             commit, date, _ = points[after]
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
                                 f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
-                                f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)", mode=mode,
+                                f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)"
+                                f"{_code_path_note(bench, points[before][0], commit, root)}", mode=mode,
                                 inputs=fingerprint))
     return alerts
+
+
+def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
+    """Where git can tell that no file on the step's code path changed (claimbench.codepath), a clause
+    that says so; else ''."""
+    cause = "so the machine, its load or its libraries changed, not this repository's code"
+    if before == after:
+        return f"; both values were measured at {after[:8]}, {cause}"
+    suite = inputs.suite_of(benchmark)
+    if not codepath.unchanged(suite, before, after, root):
+        return ""
+    return (f"; no file on its code path changed from {before[:8]} to {after[:8]} (the suite, the modules it "
+            f"imports and the shipped data: {len(codepath.files(suite, root))} files), {cause}")
 
 
 def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:

@@ -1,0 +1,90 @@
+import subprocess
+
+import pytest
+
+from claimbench import alerts as A
+from claimbench import asvfiles, codepath, ingest, store
+
+SOURCES = {
+    "suites/__init__.py": "",
+    "suites/common.py": "from claimbench.datasets import text\n",
+    "suites/s.py": "import torch\nfrom . import common\nfrom claimbench.impl import fast\n",
+    "impl/__init__.py": "",
+    "impl/fast.py": "from claimbench import intervals\n",
+    "claimbench/__init__.py": "",
+    "claimbench/intervals.py": "from .llm import evaluate as evaluate_llm\n",
+    "claimbench/llm/__init__.py": "",
+    "claimbench/llm/evaluate.py": "",
+    "claimbench/unrelated.py": "",
+    "datasets/__init__.py": "",
+    "datasets/text.py": "",
+    "datasets/data/MANIFEST.json": "{}",
+    "kernels/test_fast.py": "from claimbench.impl.fast import *\n",
+    "README.md": "",
+}
+
+
+def git(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo, changed: str) -> str:
+    path = repo / changed
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text((path.read_text() if path.exists() else SOURCES.get(changed, "")) + "\n")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", changed)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    for name, text in SOURCES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "init", "-q")
+    return root
+
+
+def test_the_code_path_follows_relative_and_absolute_imports_and_takes_the_data(repo):
+    assert codepath.files("s", repo) == (
+        "claimbench/__init__.py", "claimbench/intervals.py", "claimbench/llm/__init__.py",
+        "claimbench/llm/evaluate.py", "datasets/__init__.py", "datasets/data", "datasets/text.py",
+        "impl/__init__.py", "impl/fast.py", "suites/__init__.py", "suites/common.py", "suites/s.py")
+    assert "kernels/test_fast.py" in codepath.files("kernels/test_fast", repo)
+    assert codepath.files("missing", repo) == ()
+
+
+def test_unchanged_tells_a_change_off_the_path_from_one_on_it(repo):
+    first = commit(repo, "README.md")
+    off_path = commit(repo, "claimbench/unrelated.py")
+    on_path = commit(repo, "claimbench/llm/evaluate.py")
+    data = commit(repo, "datasets/data/MANIFEST.json")
+    assert codepath.unchanged("s", first, off_path, repo) is True
+    assert codepath.unchanged("s", off_path, on_path, repo) is False
+    assert codepath.unchanged("s", on_path, data, repo) is False
+    assert codepath.unchanged("s", first, "0" * 40, repo) is None  # a commit this clone lacks
+    assert codepath.unchanged("missing", first, off_path, repo) is None
+
+
+@pytest.mark.parametrize("step_change, noted", [("claimbench/unrelated.py", True), ("impl/fast.py", False)])
+def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_change, noted):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    values = [3.0] * 8 + [1.5] * 3
+    commits = [commit(repo, step_change if i == 8 else "README.md") for i in range(len(values))]
+    for i, (sha, value) in enumerate(zip(commits, values)):
+        asvfiles.write_run(results, "box", sha, 1_700_000_000_000 + i * 86_400_000,
+                           {"s.Claim.track_speedup": (["dataset"], [["d"]], [value], "x")})
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db, read_only=True) as con:
+        found, = A.regressions(con, A.Thresholds(), root=repo)
+    assert found.commit_hash == commits[8]
+    assert ("no file on its code path changed" in found.detail) is noted
+    if noted:
+        assert f"from {commits[7][:8]} to {commits[8][:8]}" in found.detail and "12 files" in found.detail
+
+
+def test_two_runs_of_one_commit_say_the_code_did_not_change():
+    assert "both values were measured at 0123abcd" in A._code_path_note("s.x", "0123abcd" * 5, "0123abcd" * 5, None)
