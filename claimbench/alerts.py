@@ -48,6 +48,7 @@ REFERENCE_POINTS = 3  # the newest value is compared with the median of this man
 MIN_HISTORY = 4  # values before the newest needed to estimate the noise
 NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units
 SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one point carries its whole noise
+CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
 
 
 def _alerts_config(path) -> dict:
@@ -199,7 +200,7 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
 def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
     """Where git can tell that no file on the step's code path changed (claimbench.codepath), a clause
     that says so; else ''."""
-    cause = "so the machine, its load or its libraries changed, not this repository's code"
+    cause = f"so the machine, its load or its libraries changed, {CODE_UNCHANGED}"
     if before == after:
         return f"; both values were measured at {after[:8]}, {cause}"
     suite = inputs.suite_of(benchmark)
@@ -255,6 +256,9 @@ def markdown(alerts: list[Alert]) -> str:
     acknowledged = [a for a in alerts if a.status != "open"]
     lines = ["## claimbench alerts", ""]
     lines.append(f"{len(open_)} open alert(s)." if open_ else "No open regressions, gate failures or verdict flips.")
+    if drift := sum(CODE_UNCHANGED in a.detail for a in open_):
+        lines[-1] += (f" {drift} of them are steps with no change on their code path: the machine, its load or its "
+                      f"libraries changed, {CODE_UNCHANGED}.")
     lines.append("")
     lines += _table(open_)
     if acknowledged:

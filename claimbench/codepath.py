@@ -18,7 +18,7 @@ from pathlib import Path
 from .registry import REPO_ROOT
 
 PACKAGES = {"claimbench.suites": "suites", "claimbench.impl": "impl", "claimbench.baselines": "baselines",
-            "claimbench.datasets": "datasets", "claimbench": "claimbench"}  # pyproject's package-dir
+            "claimbench.datasets": "datasets", "claimbench.app": "app", "claimbench": "claimbench"}  # pyproject's package-dir
 DATA = "datasets/data"
 
 

@@ -4,6 +4,7 @@ import urllib.parse
 
 import streamlit as st
 
+from claimbench import alerts
 from claimbench.app import queries, views
 
 version = queries.db_version()
@@ -14,8 +15,11 @@ open_count = int((df["status"] == "open").sum())
 if not open_count:
     st.success("No open regressions, gate failures or verdict flips.")
 if not df.empty:
+    drift = int(((df["status"] == "open") & df["detail"].str.contains(alerts.CODE_UNCHANGED, regex=False)).sum())
     st.caption(f"{open_count} open, {len(df) - open_count} acknowledged (intended changes, each with its reason "
-               "in pyproject.toml)")
+               "in pyproject.toml)" + (f"; {drift} of the open ones are steps with no change on their code path "
+                                       "(the machine, its load or its libraries changed: see their detail)"
+                                       if drift else ""))
     kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
     if kinds:
         df = df[df["kind"].isin(kinds)]

@@ -82,6 +82,7 @@ def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_cha
         found, = A.regressions(con, A.Thresholds(), root=repo)
     assert found.commit_hash == commits[8]
     assert ("no file on its code path changed" in found.detail) is noted
+    assert ("1 of them are steps with no change on their code path" in A.markdown([found])) is noted
     if noted:
         assert f"from {commits[7][:8]} to {commits[8][:8]}" in found.detail and "12 files" in found.detail
 
