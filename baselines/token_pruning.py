@@ -28,7 +28,7 @@ from torch import Tensor
 
 from claimbench.impl.tokengate import full_prefill
 from claimbench.interfaces import PromptPrefill, TokenSelector
-from claimbench.llm.model import Llama, check_window
+from claimbench.llm.model import KVCache, Llama, check_window
 
 
 @dataclass
@@ -181,10 +181,24 @@ class SnapKV(PromptPrefill):
     name: str = "snapkv"
 
     def prefill(self, model: Llama, ids, room: int = 64):
-        check_window(model, ids, room)
-        cache = model.new_cache(capacity=len(ids) + room)
-        with torch.inference_mode(), model.capture_qk(last_queries=self.window) as captured:
-            logits = model(torch.tensor([list(ids)]), cache, last_only=True)[0, -1]
+        return self.compress(*observed_prefill(model, ids, room, self.window))
+
+    def compress(self, cache: KVCache, logits: Tensor, captured: list) -> tuple[KVCache, Tensor]:
+        """Keep in each layer of a full prefill's cache (in place) the entries its captured window votes
+        for; `observed_prefill` with this window gives the three arguments."""
         for layer, q, k in captured:
+            if q.shape[2] != min(self.window, k.shape[2]):
+                raise ValueError(f"SnapKV: layer {layer} captured {q.shape[2]} queries; its window is {self.window}")
             cache.keep(voted(q, k, self.keep, self.window, self.pool), layer)
         return cache, logits
+
+
+def observed_prefill(model: Llama, ids, room: int, window: int) -> tuple[KVCache, Tensor, list]:
+    """Full prefill with every layer's last `window` queries and all its keys captured (after RoPE):
+    (cache, logits, [(layer, q, k)]); the cache and logits are full prefill's, so one such prefill can
+    serve full prefill and SnapKV at every keep share (each on a copy of the cache)."""
+    check_window(model, ids, room)
+    cache = model.new_cache(capacity=len(ids) + room)
+    with torch.inference_mode(), model.capture_qk(last_queries=window) as captured:
+        logits = model(torch.tensor([list(ids)]), cache, last_only=True)[0, -1]
+    return cache, logits, captured

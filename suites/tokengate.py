@@ -9,10 +9,12 @@ GemFilter's and FastKV's selection layers come from a needle probe on 4 samples 
 the layers scaled from Llama-3.1-8B do not find the needle in SmolLM2. Then: TTFT (prefill of the
 prompt and its first token) of every method against full prefill's at 8K on a needle prompt no
 accuracy sample uses, interleaved in one process, 6 rounds; completion-task accuracy at 4K and 8K
-(the needle task dense SmolLM2 solves; 6 samples each, the needle at 6 depths: with the rest, about
-90 minutes on 2 cores) with Wilson intervals and paired changes; perplexity of a 32-token
-continuation of held-out license text after a 4K prefix (3 segments); the share of token rows
-each method computes over the layers; the peak RSS of a prefill of the timed prompt above the
+(the needle task dense SmolLM2 solves; 12 samples each, the needle at all 12 depths, where the results
+up to d5e78fe1 had 6, all in the context's first half; full prefill and SnapKV share one prefill per
+prompt; with the rest, an estimated 100 minutes on 2 cores) with Wilson intervals and paired changes;
+perplexity of a 32-token continuation of held-out license text after a 4K prefix (3 segments); the
+share of token rows each method's prefill computes over the layers (in results up to d5e78fe1 the 10
+decoded tokens counted too: 0.1-0.25% more); the peak RSS of a prefill of the timed prompt above the
 loaded model, each in a fresh process, sampled every 2 ms (each layer's KV is allocated when its
 first rows arrive, so a pruned layer holds only what reaches it; until 43bdfea every layer held
 room for the whole prompt, and TokenGate could not use less than full prefill). SnapKV's prefill
@@ -48,7 +50,7 @@ CLAIM_CONTEXT = list(CONTEXTS)[-1]
 KEEPS = ["0.25"] if QUICK else ["0.125", "0.25", "0.5"]
 METHODS = ["full", "tokengate", "gemfilter", "fastkv", "snapkv"]
 TIMED = ["full", "tokengate", "gemfilter", "fastkv"]
-SAMPLES = {"1k": 4} if QUICK else {"4k": 6, "8k": 6}  # completion samples per context (the needle at as many depths)
+SAMPLES = {"1k": 4} if QUICK else {"4k": 12, "8k": 12}  # completion samples per context (the needle at as many depths)
 PERPLEXITY_CONTEXT = list(CONTEXTS)[0]
 SEGMENTS, SCORED = (2, 16) if QUICK else (3, 32)
 ROUNDS = 3 if QUICK else 6
@@ -148,18 +150,33 @@ def chat_samples(tok):
             yield task, sample, tok.encode(sample.prompt()).ids
 
 
+def prefills(model, prepared: dict, ids, room: int):
+    """(method, keep, the method, its prefill's cache) for every configuration on one prompt. Full
+    prefill runs once, with SnapKV's window captured: full prefill and SnapKV at each keep share get a
+    copy of its cache (SnapKV's prefill is full prefill; only its compression differs)."""
+    observed = None
+    for method, keep in configurations():
+        pruning = make(method, keep, prepared)
+        if method in ("full", "snapkv"):
+            observed = observed or token_pruning.observed_prefill(model, ids, room, SnapKV.window)
+            cache, logits, captured = observed[0].clone(), *observed[1:]
+            if method == "snapkv":
+                pruning.compress(cache, logits, captured)
+        else:
+            cache, _ = pruning.prefill(model, ids, room=room)
+        yield method, keep, pruning, cache
+
+
 def accuracy(model, tok, eos, prepared, samples, new_tokens: int = NEW_TOKENS) -> tuple[dict, dict]:
     """(group, method, keep) -> the scores of the samples ((group, sample, ids) each), and the mean
     computed share."""
     scores, shares = {}, {}
     for group, sample, ids in samples:
-        for method, keep in configurations():
-            pruning = make(method, keep, prepared)
-            cache, _ = pruning.prefill(model, ids[:-1], room=new_tokens + 24)
-            out = evaluate.decode(model, cache, None, new_tokens, eos, token=ids[-1])
+        for method, keep, pruning, cache in prefills(model, prepared, ids[:-1], new_tokens + 24):
             key = (group, method, keep)
-            scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
             shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
+            out = evaluate.decode(model, cache, None, new_tokens, eos, token=ids[-1])
+            scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
     return scores, {key: sum(v) / len(v) for key, v in shares.items()}
 
 
@@ -173,8 +190,7 @@ def continuation_nll(model, tok, prepared) -> dict:
         for segment in range(SEGMENTS):
             start = segment * (len(held_out) - length) // max(1, SEGMENTS - 1) if SEGMENTS > 1 else 0
             chunk = held_out[start:start + prefix + SCORED + 1]
-            for method, keep in configurations():
-                cache, _ = make(method, keep, prepared).prefill(model, chunk[:prefix], room=SCORED + 8)
+            for method, keep, _, cache in prefills(model, prepared, chunk[:prefix], SCORED + 8):
                 nll = evaluate.teacher_forced_nll(model, cache, chunk[prefix], chunk[prefix + 1:prefix + 1 + SCORED])
                 out.setdefault((label, method, keep), []).append(sum(nll) / len(nll))
     return out

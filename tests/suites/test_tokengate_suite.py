@@ -6,8 +6,11 @@ import itertools
 import math
 
 import pytest
+import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
+from claimbench.baselines import token_pruning
+from claimbench.baselines.token_pruning import SnapKV
 from claimbench.suites import tokengate as suite
 
 from . import smollm_stub
@@ -108,6 +111,24 @@ def test_the_chat_tasks_have_rows_per_task_and_pooled(patched):
     assert len(result["accuracy"][("all", *first)]) == len(suite.CHAT_TASKS) * suite.CHAT_SAMPLES
     assert chat.track_accuracy_change_points(result, "all", *first) == 0.0
 
+
+
+def test_full_prefill_and_snapkv_share_one_prefill_and_equal_their_own(patched):
+    model, _ = smollm_stub.stand_in(n_layers=6, max_seq_len=512)
+    ids = list(range(5, 205))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(suite, "configurations", lambda: [("full", "0.25"), ("snapkv", "0.25"), ("snapkv", "0.5")])
+        shared = list(suite.prefills(model, {}, ids, room=8))
+    assert [cache.lengths[0] for *_, cache in shared] == [200, 50, 100]  # each on its own copy
+    for method, keep, pruning, cache in shared:
+        own, _ = pruning.prefill(model, ids, room=8)
+        assert cache.lengths == own.lengths, (method, keep)
+        for layer, n in enumerate(own.lengths):
+            assert torch.equal(cache.k[layer][:, :, :n], own.k[layer][:, :, :n])
+            assert torch.equal(cache.v[layer][:, :, :n], own.v[layer][:, :, :n])
+            assert torch.equal(cache.positions[layer][:n], own.positions[layer][:n])
+    with pytest.raises(ValueError, match="window is 8"):
+        SnapKV(0.5, window=8).compress(*token_pruning.observed_prefill(model, ids, 8, window=16))
 
 @pytest.mark.model
 def test_the_memory_measurement_runs_in_a_fresh_process_on_the_real_model():
