@@ -59,6 +59,10 @@ def claims(version) -> pd.DataFrame:
     reg = R.load()
     tiers = {p.id: p.tier for p in reg.papers}
     rows = []
+    across = {}
+    for v in latest:
+        across.setdefault(v.claim.key, []).append(v)
+    across = {key: V.across_machines(vs) for key, vs in across.items()}
     for v in latest:
         c = v.claim
         rows.append(dict(paper=c.paper_id, tier=tiers[c.paper_id], claim=c.id, claimed=c.claimed_text,
@@ -66,14 +70,15 @@ def claims(version) -> pd.DataFrame:
                          inputs=v.inputs_status or "", unit=c.unit, machine=v.machine or "(none)",
                          verdict=v.verdict, badge=BADGE[v.verdict], gate=v.gate, why=v.reason,
                          conditions=c.conditions, baseline=c.baseline, substitution=c.substitution or "",
-                         benchmark=c.benchmark or "", commit=(v.commit_hash or "")[:8],
+                         benchmark=c.benchmark or "", commit=(v.commit_hash or "")[:8], across=across[c.key],
                          detail=json.dumps(v.detail, default=str)))
     return pd.DataFrame(rows)
 
 
 def by_machine(claims_df: pd.DataFrame) -> pd.DataFrame:
     """One row per claim, one column group per machine: its verdict (or 'not measured on MACHINE' where it has
-    no result for the claim), the measured value with its interval, and the commit the verdict comes from."""
+    no result for the claim), the measured value with its interval, and the commit the verdict comes from;
+    then whether the machines agree, or what sets them apart (verdicts.across_machines)."""
     machines = sorted(m for m in claims_df["machine"].unique() if m != "(none)")
     keys = ["paper", "claim"]
     out = claims_df.drop_duplicates(keys)[["paper", "tier", "claim", "claimed"]].set_index(keys)
@@ -83,6 +88,7 @@ def by_machine(claims_df: pd.DataFrame) -> pd.DataFrame:
         out[machine] = part["badge"].where(~unmeasured, f"not measured on {machine}")
         out[f"{machine} · measured"] = part["interval"].where(~unmeasured, "")
         out[f"{machine} · commit"] = part["commit"]
+    out["across machines"] = claims_df.drop_duplicates(keys).set_index(keys)["across"]
     return out.reset_index()
 
 

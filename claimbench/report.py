@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .registry import REPO_ROOT, Registry
-from .verdicts import Verdict, explain_label
+from .verdicts import Verdict, across_machines, explain_label
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -92,6 +92,8 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
         rows = [[v.machine or "—", (v.commit_hash or "")[:8], run_text(v), measured_text(v), BADGE[v.verdict], v.gate,
                  v.reason] for v in verdicts if v.claim.id == claim.id]
         lines += [_md_table(["machine", "commit", "run", "measured [95% interval]", "verdict", "gate", "why"], rows), ""]
+        if across := across_machines([v for v in verdicts if v.claim.id == claim.id]):
+            lines += [f"**Across machines:** {across}.", ""]
         for v in verdicts:
             if v.claim.id == claim.id and v.detail:
                 lines += [f"Per parameter combination on {v.machine}:", ""]

@@ -41,7 +41,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from . import inputs
+from . import codepath, inputs
 from .environment import capabilities
 from .registry import REPO_ROOT, Claim, Registry
 
@@ -277,6 +277,43 @@ def inputs_status(suite: str, fingerprint: str, current: dict[str, str]) -> str:
 def current_inputs() -> dict[str, str]:
     """suite -> fingerprint of the inputs this checkout's suites read (what a run here would record)."""
     return {suite: inputs.key(d) for suite, d in inputs.recorded(REPO_ROOT / "suites").items()}
+
+
+def across_machines(verdicts: list[Verdict]) -> str:
+    """One claim's latest verdicts on several machines: that they agree, or what sets each machine whose
+    verdict differs from the first one's apart: run mode, inputs, files on the suite's code path changed
+    between their commits (claimbench.codepath), and whether their intervals overlap (within each
+    other's noise) or not (the machines measure differently). '' with fewer than two measured."""
+    measured = [v for v in verdicts if v.machine and v.verdict not in (NOT_TESTABLE, NOT_MEASURED)]
+    if len(measured) < 2:
+        return ""
+    first = measured[0]
+    if all(v.verdict == first.verdict for v in measured):
+        return f"the {len(measured)} machines agree: {first.verdict}"
+    return "; ".join(f"{first.machine} {first.verdict}, {other.machine} {other.verdict}: "
+                     + ", ".join(_differences(first, other)) for other in measured[1:] if other.verdict != first.verdict)
+
+
+def _differences(a: Verdict, b: Verdict) -> list[str]:
+    out = []
+    if a.mode != b.mode:
+        out.append(f"different run modes ({a.mode}, {b.mode})")
+    if a.inputs != b.inputs or a.inputs_status != b.inputs_status:
+        out.append(f"different inputs ({a.inputs_status}, {b.inputs_status})")
+    same_code = a.commit_hash == b.commit_hash or codepath.unchanged(
+        inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
+    if not same_code:
+        out.append(f"{'files on its code path differ' if same_code is False else 'measured at different commits'} "
+                   f"between {(a.commit_hash or '')[:8]} and {(b.commit_hash or '')[:8]}")
+    missing = [v for v in (a, b) if v.low is None]
+    if missing:
+        out += [f"no interval on {v.machine}" + (f" ({v.verdict})" if v.measured is None else "") for v in missing]
+    elif a.low <= b.high and b.low <= a.high:
+        out.append("their intervals overlap (each within the other's noise: the verdicts part near a threshold)")
+    else:
+        out.append(f"their intervals do not overlap ({a.interval_text} vs {b.interval_text}): not noise; "
+                   + ("the machines measure differently" if same_code else "the machines or that code differ"))
+    return out
 
 
 def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict]:

@@ -27,6 +27,9 @@ st.subheader("Claims")
 st.dataframe(claims[["claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
                      "substitution"]], hide_index=True, width="stretch",
              column_config={"interval": st.column_config.TextColumn("measured [95% interval]"), **views.BADGE_COLUMN})
+for claim_id, across in claims.drop_duplicates("claim")[["claim", "across"]].itertuples(index=False):
+    if across:
+        st.caption(f"**{claim_id}** across machines: {across}")
 
 if not paper["suite"]:
     st.info("No suite for this paper yet: its claims are listed as not measured.")

@@ -168,3 +168,28 @@ def test_a_rounding_error_short_of_the_claim_reaches_it():
                   tolerance=0.0)
     assert verdicts.classify(claim, 100.0, 81.6, 100.0 - 1e-13)[0] == verdicts.REPRODUCED
     assert verdicts.classify(claim, 100.0, 81.6, 99.9)[0] != verdicts.REPRODUCED
+
+
+def machine_verdict(machine, verdict, value=None, low=None, high=None, commit="a" * 40, mode="full", inputs="d"):
+    return V.Verdict(claim(), machine, verdict, measured=value, low=low, high=high, commit_hash=commit, mode=mode,
+                     inputs=inputs, inputs_status=V.CURRENT)
+
+
+def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
+    epyc = machine_verdict("epyc", V.REPRODUCED, 2.5, 2.1, 2.9)
+    assert V.across_machines([epyc, V.Verdict(claim(), "gpu", V.NOT_TESTABLE)]) == ""
+    assert V.across_machines([epyc, machine_verdict("xeon", V.REPRODUCED, 3.0, 2.6, 3.3)]) == \
+        "the 2 machines agree: reproduced"
+    near = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.9, 1.5, 2.2)])
+    assert near.startswith("epyc reproduced, xeon partly: their intervals overlap")
+    apart = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.5, 1.3, 1.7)])
+    assert "do not overlap (2.5x [2.1, 2.9] vs 1.5x [1.3, 1.7]): not noise; the machines measure differently" in apart
+    elsewhere = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.5, 1.3, 1.7, commit="b" * 40,
+                                                         mode="quick", inputs="e")])
+    assert "different run modes (full, quick), different inputs" in elsewhere
+    assert "measured at different commits between aaaaaaaa and bbbbbbbb" in elsewhere  # not in this clone
+    assert "the machines or that code differ" in elsewhere
+    monkeypatch.setattr(V.codepath, "unchanged", lambda *args: False)
+    failed = V.across_machines([epyc, machine_verdict("xeon", V.GATE_FAILED, commit="b" * 40)])
+    assert failed == ("epyc reproduced, xeon gate failed: files on its code path differ between aaaaaaaa and "
+                      "bbbbbbbb, no interval on xeon (gate failed)")
