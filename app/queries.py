@@ -59,10 +59,10 @@ def claims(version) -> pd.DataFrame:
     reg = R.load()
     tiers = {p.id: p.tier for p in reg.papers}
     rows = []
-    across = {}
+    by_claim = {}
     for v in latest:
-        across.setdefault(v.claim.key, []).append(v)
-    across = {key: V.across_machines(vs) for key, vs in across.items()}
+        by_claim.setdefault(v.claim.key, []).append(v)
+    across = {key: V.across_machines(verdicts) for key, verdicts in by_claim.items()}
     for v in latest:
         c = v.claim
         rows.append(dict(paper=c.paper_id, tier=tiers[c.paper_id], claim=c.id, claimed=c.claimed_text,

@@ -33,7 +33,8 @@ not measured    no benchmark yet, or no result from this machine
 Results are grouped by run mode (full, quick, or unrecorded for older files) and by the digest of
 the inputs their suite read: a history, a flip or a comparison never mixes two groups. A machine's
 latest verdict comes from its full-mode results where it has them (then unrecorded, then quick),
-and says whether its inputs are the checkout's own.
+and says whether its inputs are the checkout's own. Where machines' verdicts on a claim differ,
+`across_machines` says what sets them apart: mode, inputs, code, or intervals apart or overlapping.
 """
 from __future__ import annotations
 
