@@ -31,7 +31,8 @@ import pyarrow as pa
 
 from . import environment, evidence, inputs, intervals, metrics, objectstore, store
 
-NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR}
+SUITE_SECONDS = "claimbench-suite-seconds.json"  # beside a machine's results: each suite's last wall time
+NOT_RESULTS = {"machine.json", "benchmarks.json", environment.SIDECAR, SUITE_SECONDS}
 
 
 def _is_results(path: Path) -> bool:

@@ -26,7 +26,6 @@ from . import verdicts as V
 from .registry import REPO_ROOT, Registry
 
 PROGRESS = "progress.json"  # beside the store
-SECONDS = "claimbench-suite-seconds.json"  # beside the machine's results: each suite's last wall time
 QUICK_BUDGET_S = 90  # one suite in quick mode on 2 cores, datasets cached
 QUICK_TOTAL_BUDGET_S = 20 * 60  # every suite
 TIME_BENCHMARK = "harness.QuickRun.track_suite_seconds"
@@ -104,7 +103,7 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
                             "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
     suites = suites_in_order(registry, root)
-    seconds_path = results / machine / SECONDS
+    seconds_path = results / machine / ingest.SUITE_SECONDS
     try:
         previous = json.loads(seconds_path.read_text())
     except (OSError, json.JSONDecodeError):

@@ -107,10 +107,10 @@ def rows(db, benchmark: str) -> int:
 
 def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(tiny_repo, tmp_path):
     db, port = tmp_path / "s.duckdb", appserver.free_port()
-    url, done = f"http://127.0.0.1:{port}", []
+    url, done, messages = f"http://127.0.0.1:{port}", [], []
     reg = registry.load(tiny_repo / "papers.toml")
     run = threading.Thread(target=lambda: done.append(progressive.serve_and_run(
-        reg, quick=True, machine="tinybox", root=tiny_repo, db=db, port=port, wait=False, progress=lambda m: None)))
+        reg, quick=True, machine="tinybox", root=tiny_repo, db=db, port=port, wait=False, progress=messages.append)))
     run.start()
     deadline, seen = time.monotonic() + 120, False
     while time.monotonic() < deadline and run.is_alive():
@@ -128,6 +128,7 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
     assert rows(db, progressive.TIME_BENCHMARK) == 1  # the suite's own wall time, a result of the quick run
     assert progressive.read_progress(db) is None and not answers(url)  # the app stopped with the run
     assert (tiny_repo / "reports" / "alerts.md").exists()
+    assert not [m for m in messages if "could not ingest" in m]  # the suites' wall-time file is not a result
 
 
 def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo, tmp_path):
