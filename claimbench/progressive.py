@@ -8,6 +8,9 @@
    times, else QUICK_BUDGET_S a suite); the Claims page and the terminal show it.
 3. Each suite's wall time is recorded as a result (`harness.QuickRun.track_suite_seconds`, quick
    mode) so that a suite growing past its budget shows in the alerts, and a line says so at once.
+   A suite that wrote to the dataset cache while it ran (a fresh machine's first run builds the
+   datasets, indexes and trained parts the later runs read) is timed under COLD_TIME_BENCHMARK
+   instead, which no budget applies to; a line says so.
 4. Ctrl-C stops the run and the app; every suite ingested so far stays in the store.
 The app stays idle while no page is open (Streamlit reruns only for a visitor), so it does not
 disturb the timings.
@@ -29,6 +32,7 @@ PROGRESS = "progress.json"  # beside the store
 QUICK_BUDGET_S = 90  # one suite in quick mode on 2 cores, datasets cached
 QUICK_TOTAL_BUDGET_S = 20 * 60  # every suite
 TIME_BENCHMARK = "harness.QuickRun.track_suite_seconds"
+COLD_TIME_BENCHMARK = "harness.QuickRun.track_suite_seconds_cold_cache"  # the suite built cached inputs
 
 
 def suites_in_order(registry: Registry, root: Path = REPO_ROOT) -> list[str]:
@@ -76,12 +80,23 @@ def _ingest(paths, db, progress) -> None:
 
 
 def _record_times(results: Path, machine: str, commit: str, seconds: dict[str, float],
-                  date_ms: int | None = None) -> None:
-    """Each suite's wall time as a result of this commit, beside asv's (a results file of its own)."""
-    suites = sorted(seconds)
-    asvfiles.write_run(results, machine, commit, date_ms or int(time.time() * 1000),
-                       {TIME_BENCHMARK: (["suite"], [suites], [seconds[s] for s in suites], metrics.SECONDS.unit)},
+                  date_ms: int | None = None, cold: set[str] = frozenset()) -> None:
+    """Each suite's wall time as a result of this commit, beside asv's (a results file of its own);
+    the suites in `cold` (they built cached inputs) under COLD_TIME_BENCHMARK."""
+    benchmarks = {}
+    for name, chosen in ((TIME_BENCHMARK, sorted(set(seconds) - set(cold))), (COLD_TIME_BENCHMARK, sorted(cold))):
+        if chosen:
+            benchmarks[name] = (["suite"], [chosen], [seconds[s] for s in chosen], metrics.SECONDS.unit)
+    asvfiles.write_run(results, machine, commit, date_ms or int(time.time() * 1000), benchmarks,
                        env_name="claimbench-suite-times", machine_info=_asv_machine(results / machine))
+
+
+def _cache_files() -> dict[str, int]:
+    """Every file of the dataset cache with its modification time (ns)."""
+    from claimbench.datasets import vectors  # numpy and faiss: only when suites run
+    root = vectors.cache_dir()
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} \
+        if root.is_dir() else {}
 
 
 def _asv_machine(machine_dir: Path) -> dict:
@@ -108,27 +123,33 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
         previous = json.loads(seconds_path.read_text())
     except (OSError, json.JSONDecodeError):
         previous = {}
-    taken, code = {}, 0
+    taken, cold, code = {}, set(), 0
     try:
         for i, suite in enumerate(suites):
             state = dict(pid=os.getpid(), machine=machine, mode=mode, done=suites[:i], running=suite, total=len(suites),
                          since=time.time(), eta_s=sum(previous.get(s, QUICK_BUDGET_S) for s in suites[i:]))
             _write_json(progress_path(db), state)
             progress(f"claimbench: {progress_text(state)}")
-            start = time.monotonic()
+            start, cached = time.monotonic(), _cache_files()
             code = runner.run(registry, quick=quick, machine=machine, bench=[rf"^{suite}\."], root=root) or code
             taken[suite] = time.monotonic() - start
-            if quick and taken[suite] > QUICK_BUDGET_S:
+            built = [name for name, stamp in _cache_files().items() if cached.get(name) != stamp]
+            if built:
+                cold.add(suite)
+                progress(f"claimbench: {suite} built {len(built)} cached input(s) ({taken[suite]:.0f} s; later runs "
+                         "read them), so its time is not held against the budget")
+            elif quick and taken[suite] > QUICK_BUDGET_S:
                 progress(f"claimbench: {suite} took {taken[suite]:.0f} s in quick mode, over its {QUICK_BUDGET_S} s "
                          "budget")
             _write_json(seconds_path, {**previous, **taken})
             _ingest([results], db, progress)
         if quick:
-            _record_times(results, machine, runner.head_commit(root), taken)
+            _record_times(results, machine, runner.head_commit(root), taken, cold=cold)
             _ingest([results], db, progress)
             total = sum(taken.values())
-            over = " (over the budget)" if total > QUICK_TOTAL_BUDGET_S else ""
-            progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}")
+            over = " (over the budget)" if total - sum(taken[s] for s in cold) > QUICK_TOTAL_BUDGET_S else ""
+            built = f"; {len(cold)} of them built cached inputs" if cold else ""
+            progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}{built}")
         progress_path(db).unlink(missing_ok=True)
         with store.connect(db) as con:
             V.sync_registry(con, registry)

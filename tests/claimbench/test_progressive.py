@@ -41,6 +41,20 @@ class Stuck:
         return r
     track_value.unit = "queries/s"
 '''
+BUILDS_SUITE = '''
+from claimbench.datasets import vectors
+
+INPUTS = ()
+
+
+class Builds:
+    def track_value(self):  # writes to the dataset cache, as a fresh machine's first run does
+        path = vectors.cache_dir() / "tiny-input.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"built")
+        return 1.0
+    track_value.unit = "queries/s"
+'''
 PAPERS = '''
 [[paper]]
 id = "slow"
@@ -83,7 +97,8 @@ def make_repo(tmp_path, suites: dict[str, str]):
 @pytest.fixture
 def tiny_repo(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file
-    return make_repo(tmp_path, {"slow": SLOW_SUITE})
+    monkeypatch.setenv("CLAIMBENCH_CACHE", str(tmp_path / "cache"))
+    return make_repo(tmp_path, {"slow": SLOW_SUITE, "builds": BUILDS_SUITE})
 
 
 @pytest.fixture
@@ -118,7 +133,7 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
         if state and state["running"] == "slow" and answers(url):
             seen = True
             assert progressive.progress_text(state).startswith(
-                "tinybox: 0 of 1 suites measured (quick mode), running slow")
+                "tinybox: 0 of 2 suites measured (quick mode), running slow")
             assert rows(db, "slow.Slow.track_value") == 0  # not there yet
             break
         time.sleep(0.3)
@@ -126,6 +141,8 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
     assert seen, "the leaderboard did not answer while the suite ran"
     assert done == [0] and rows(db, "slow.Slow.track_value") == 1
     assert rows(db, progressive.TIME_BENCHMARK) == 1  # the suite's own wall time, a result of the quick run
+    assert rows(db, progressive.COLD_TIME_BENCHMARK) == 1  # the suite that built a cached input: no budget
+    assert [m for m in messages if "builds built 1 cached input(s)" in m]
     assert progressive.read_progress(db) is None and not answers(url)  # the app stopped with the run
     assert (tiny_repo / "reports" / "alerts.md").exists()
     assert not [m for m in messages if "could not ingest" in m]  # the suites' wall-time file is not a result
@@ -170,8 +187,8 @@ def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
     results = tmp_path / "quick"
     for i, seconds in enumerate(([40.0, 30.0], [200.0, 30.0])):  # the newest quick run of "slow" is over budget
         commit = f"{i + 1:08x}" + "0" * 32
-        progressive._record_times(results, "box", commit, {"slow": seconds[0], "fast": seconds[1]},
-                                  1_700_000_000_000 + i * 86_400_000)
+        progressive._record_times(results, "box", commit, {"slow": seconds[0], "fast": seconds[1], "cold": 900.0},
+                                  1_700_000_000_000 + i * 86_400_000, cold={"cold"})
         environment.write_run_record(results / "box", commit, "quick", {"harness": {}})
     db = tmp_path / "s.duckdb"
     assert ingest.ingest([results], db=db).ok
