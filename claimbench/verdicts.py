@@ -290,7 +290,11 @@ def across_machines(verdicts: list[Verdict]) -> str:
         return ""
     first = measured[0]
     if all(v.verdict == first.verdict for v in measured):
-        return f"the {len(measured)} machines agree: {first.verdict}"
+        runs = [f"{v.machine}: {v.mode}, {v.inputs_status}" for v in measured]
+        apart = any((v.mode, v.inputs, v.inputs_status) != (first.mode, first.inputs, first.inputs_status)
+                    for v in measured)
+        return f"the {len(measured)} machines agree: {first.verdict}" + (
+            f" (from runs on different modes or inputs: {'; '.join(runs)})" if apart else "")
     return "; ".join(f"{first.machine} {first.verdict}, {other.machine} {other.verdict}: "
                      + ", ".join(_differences(first, other)) for other in measured[1:] if other.verdict != first.verdict)
 

@@ -180,6 +180,10 @@ def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
     assert V.across_machines([epyc, V.Verdict(claim(), "gpu", V.NOT_TESTABLE)]) == ""
     assert V.across_machines([epyc, machine_verdict("xeon", V.REPRODUCED, 3.0, 2.6, 3.3)]) == \
         "the 2 machines agree: reproduced"
+    older = machine_verdict("xeon", V.REPRODUCED, 3.0, mode="unrecorded", inputs="")
+    older.inputs_status = V.INPUTS_UNRECORDED
+    assert V.across_machines([epyc, older]) == ("the 2 machines agree: reproduced (from runs on different modes or "
+                                                "inputs: epyc: full, current inputs; xeon: unrecorded, inputs not recorded)")
     near = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.9, 1.5, 2.2)])
     assert near.startswith("epyc reproduced, xeon partly: their intervals overlap")
     apart = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.5, 1.3, 1.7)])
