@@ -201,6 +201,8 @@ def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
     """Where git can tell that no file on the step's code path changed (claimbench.codepath), a clause
     that says so; else ''."""
     cause = f"so the machine, its load or its libraries changed, {CODE_UNCHANGED}"
+    if not before or not after:
+        return ""
     if before == after:
         return f"; both values were measured at {after[:8]}, {cause}"
     suite = inputs.suite_of(benchmark)
