@@ -13,18 +13,27 @@ from __future__ import annotations
 import ast
 import functools
 import subprocess
+import tomllib
 from pathlib import Path
 
 from .registry import REPO_ROOT
 
-PACKAGES = {"claimbench.suites": "suites", "claimbench.impl": "impl", "claimbench.baselines": "baselines",
-            "claimbench.datasets": "datasets", "claimbench.app": "app", "claimbench": "claimbench"}  # pyproject's package-dir
 DATA = "datasets/data"
+
+
+@functools.cache
+def packages(root: Path) -> dict[str, str]:
+    """Dotted package -> its folder: pyproject.toml's [tool.setuptools.package-dir] and claimbench in its
+    own folder, the longest names first (so a subpackage's own folder wins)."""
+    path = root / "pyproject.toml"
+    declared = tomllib.loads(path.read_text()).get("tool", {}).get("setuptools", {}).get("package-dir", {}) \
+        if path.is_file() else {}
+    return dict(sorted({"claimbench": "claimbench", **declared}.items(), key=lambda item: -len(item[0])))
 
 
 def module_file(name: str, root: Path) -> Path | None:
     """The file of a dotted module name of this repository, or None for any other module."""
-    for package, folder in PACKAGES.items():
+    for package, folder in packages(root).items():
         if name == package or name.startswith(package + "."):
             base = root.joinpath(folder, *name.removeprefix(package).split(".")[1:])
             for candidate in (base / "__init__.py", base.parent / f"{base.name}.py"):
@@ -37,7 +46,7 @@ def module_file(name: str, root: Path) -> Path | None:
 def _package_of(path: Path, root: Path) -> str | None:
     """The dotted package a file of this repository sits in (for its relative imports); None outside them."""
     folder, *rest = path.relative_to(root).parts
-    package = next((p for p, f in PACKAGES.items() if f == folder), None)
+    package = next((p for p, f in packages(root).items() if f == folder), None)
     return package and ".".join([package, *rest[:-1]])
 
 

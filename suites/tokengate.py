@@ -159,9 +159,9 @@ def prefills(model, prepared: dict, ids, room: int):
         pruning = make(method, keep, prepared)
         if method in ("full", "snapkv"):
             observed = observed or token_pruning.observed_prefill(model, ids, room, SnapKV.window)
-            cache, logits, captured = observed[0].clone(), *observed[1:]
+            cache = observed[0].clone()
             if method == "snapkv":
-                pruning.compress(cache, logits, captured)
+                pruning.compress(cache, *observed[1:])
         else:
             cache, _ = pruning.prefill(model, ids, room=room)
         yield method, keep, pruning, cache

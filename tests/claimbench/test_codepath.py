@@ -21,6 +21,8 @@ SOURCES = {
     "datasets/data/MANIFEST.json": "{}",
     "kernels/test_fast.py": "from claimbench.impl.fast import *\n",
     "README.md": "",
+    "pyproject.toml": '[tool.setuptools.package-dir]\n"claimbench.suites" = "suites"\n"claimbench.impl" = "impl"\n'
+                      '"claimbench.datasets" = "datasets"\n',
 }
 
 
