@@ -12,7 +12,7 @@ accuracy sample uses, interleaved in one process, 6 rounds; completion-task accu
 (the needle task dense SmolLM2 solves; 12 samples each, the needle at all 12 depths, where the results
 up to d5e78fe1 had 6, all in the context's first half; full prefill and SnapKV share one prefill per
 prompt; the whole suite runs well over 2 hours on 2 cores: at 27da0e2 on the 2-core EPYC, ChatTasks' setup
-took 39 min and Prefill's more than 100) with Wilson intervals and paired changes;
+took 39 min and Prefill's 112) with Wilson intervals and paired changes;
 perplexity of a 32-token continuation of held-out license text after a 4K prefix (3 segments); the
 share of token rows each method's prefill computes over the layers (in results up to d5e78fe1 the 10
 decoded tokens counted too: 0.1-0.25% more); the peak RSS of a prefill of the timed prompt above the
