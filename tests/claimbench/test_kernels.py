@@ -1,6 +1,7 @@
 """`claimbench kernels`: a real pytest-benchmark run of a tiny kernel file in a temporary repository,
 saved beside asv's results under the same machine and commit, ingested, shown, and alerted on."""
 import functools
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -96,3 +97,13 @@ def test_the_repository_kernels_declare_their_inputs():
     assert all(set(names) <= known for names in declared.values()), declared
     assert "kernels" not in tomllib.loads((registry.REPO_ROOT / "pyproject.toml").read_text())["tool"]["pytest"][
         "ini_options"]["testpaths"]  # timed, so never part of the default test run
+
+
+def test_no_repository_folder_shadows_an_installed_package():
+    """The tests and `claimbench kernels` run with the repository root first on sys.path, so a folder there
+    that is a regular package hides an installed distribution's module of the same name (the kernels/
+    folder once hid Hugging Face's `kernels`, which transformers 5.25 imports)."""
+    installed = {name: dists for name, dists in importlib.metadata.packages_distributions().items()
+                 if set(dists) != {"claimbench"}}
+    shadowing = {path.parent.name for path in registry.REPO_ROOT.glob("*/__init__.py")} & set(installed)
+    assert not shadowing, {name: installed[name] for name in shadowing}
