@@ -64,3 +64,20 @@ def test_carried_takes_only_tunable_keys_the_other_job_has():
     moved = suite.carried(tuned, dense)
     assert "moe.dispatch" not in moved and moved["runtime.packing"] is True
     assert {k: moved[k] for k in recipes.LOCKED if k in dense} == {k: dense[k] for k in recipes.LOCKED if k in dense}
+
+
+def test_the_transfer_rows_skip_in_quick_mode_and_fail_a_rejected_carried_recipe(measured):
+    """One job (quick mode) has nothing to carry over: asv's skip, not a failure; a carried recipe the
+    gate rejected fails both transfer rows as a gate failure."""
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+    r, _ = measured
+    claimed = suite.Claimed()
+    rows = (claimed.track_in_place_over_carried, claimed.track_carried_speedup)
+    alone = {"jobs": {"moe-lm": {**r["jobs"]["moe-lm"], "carried": None}}}
+    rejected = {"jobs": {"moe-lm": {**r["jobs"]["moe-lm"], "carried": {**r["jobs"]["moe-lm"]["carried"],
+                                                                       "gate": {"accepted": False, "reasons": ["x"]}}}}}
+    for row in rows:
+        with pytest.raises(SkipNotImplemented, match="full mode"):
+            row.__wrapped__(claimed, alone, "moe-lm")
+        with pytest.raises(suite.common.GateFailed, match="carried-over recipe failed the gate"):
+            row.__wrapped__(claimed, rejected, "moe-lm")
