@@ -36,6 +36,7 @@ import json
 import statistics
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 from asv import step_detect
 
@@ -223,18 +224,24 @@ def gate_and_flip_alerts(con, latest: list[V.Verdict]) -> list[Alert]:
     return alerts
 
 
-def budget_alerts(con) -> list[Alert]:
-    """A suite whose newest quick run took longer than its budget (claimbench.progressive)."""
-    from .progressive import QUICK_BUDGET_S, TIME_BENCHMARK
+def budget_alerts(con, root: Path = REPO_ROOT) -> list[Alert]:
+    """A suite whose newest quick run took longer than its budget (progressive.quick_budget, read from the
+    suites under `root`)."""
+    from .progressive import TIME_BENCHMARK, quick_budget
     rows = con.execute(
         """SELECT x.params, r.machine, r.commit_hash, r.commit_date, x.value FROM results x JOIN runs r USING (run_id)
            WHERE x.benchmark = ? AND x.value IS NOT NULL AND r.mode = 'quick'
            QUALIFY row_number() OVER (PARTITION BY r.machine, x.params
                                       ORDER BY r.commit_date DESC, r.ingested_at DESC) = 1""",
         [TIME_BENCHMARK]).fetchall()
-    return [Alert("budget", TIME_BENCHMARK, params, machine, commit, date, float(QUICK_BUDGET_S), value,
-                  f"{json.loads(params).get('suite')}: {value:.0f} s in quick mode, over its {QUICK_BUDGET_S} s budget",
-                  mode="quick") for params, machine, commit, date, value in rows if value > QUICK_BUDGET_S]
+    found = []
+    for params, machine, commit, date, value in rows:
+        suite = json.loads(params).get("suite")
+        budget = quick_budget(suite, root)
+        if value > budget:
+            found.append(Alert("budget", TIME_BENCHMARK, params, machine, commit, date, budget, value,
+                               f"{suite}: {value:.0f} s in quick mode, over its {budget:.0f} s budget", mode="quick"))
+    return found
 
 
 def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None) -> list[Alert]:

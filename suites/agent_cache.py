@@ -19,6 +19,7 @@ from claimbench.impl.agent_cache import KVDrop
 from . import common
 
 QUICK = common.QUICK
+QUICK_BUDGET_S = 270  # seconds in quick mode on 2 cores (215 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")  # tool outputs' filler text; the gate's model
 WINDOW = 128_000
 TASKS = 10 if QUICK else 50

@@ -27,6 +27,7 @@ from claimbench.impl.gandalf import LayerTypeGating, LayerTypeGatingMerged
 from . import common
 
 QUICK = common.QUICK
+QUICK_BUDGET_S = 250  # seconds in quick mode on 2 cores (206 s in a fresh clone's make run)
 INPUTS = ("mooncake-conversation",)  # the agent sessions are generated
 TRACES = ["mooncake-conversation", "generated-agent"]
 PROFILES = ["qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "minimax-m1", "llama-3.1-8b", "qwen3-8b"]

@@ -26,6 +26,7 @@ from claimbench.quality import identical_rows, recall_at_k
 from . import common
 
 QUICK = common.QUICK
+QUICK_BUDGET_S = 210  # seconds in quick mode on 2 cores (167 s in a fresh clone's make run)
 INPUTS = ("glove-6b-50d", "corpus", "all-minilm-l6-v2", "smollm2-135m")
 K = 10
 DATASETS = ["glove-50-angular", "minilm-384-text", "smollm2-keys-64", "spectrum-256-decay1.0",

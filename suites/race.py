@@ -39,6 +39,7 @@ from claimbench.llm.model import LlamaConfig
 from . import common
 
 QUICK = common.QUICK
+QUICK_BUDGET_S = 750  # seconds in quick mode on 2 cores (626 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")
 RETENTIONS = ["50"] if QUICK else ["75", "50", "25"]
 CLAIM_RETENTION = "50"

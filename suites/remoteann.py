@@ -40,6 +40,7 @@ from claimbench.netmodel import NetworkModel, shaped
 from . import common
 
 QUICK = common.QUICK
+QUICK_BUDGET_S = 120  # seconds in quick mode on 2 cores (99 s in a fresh clone's make run)
 INPUTS = ("glove-6b-50d", "corpus", "all-minilm-l6-v2")
 K = 10
 DATASETS = ["glove-50-angular"] if QUICK else ["glove-50-angular", "minilm-384-text", "spectrum-256-decay1.0"]

@@ -183,15 +183,29 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo
 
 
 def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
+    """The newest quick run of each suite against its budget: the QUICK_BUDGET_S its module states ("slow":
+    300 s), else 90 s; a suite that built cached inputs has none."""
     from claimbench import alerts, environment, ingest
+    (tiny_repo / "suites" / "slow.py").write_text("QUICK_BUDGET_S = 300  # seconds\n" + SLOW_SUITE)
+    assert progressive.quick_budget("slow", tiny_repo) == 300 and progressive.quick_budget("fast", tiny_repo) == 90
+    (tiny_repo / "suites" / "bad.py").write_text("QUICK_BUDGET_S = 5 * 60\n")
+    with pytest.raises(ValueError, match=r"bad\.py:1: QUICK_BUDGET_S must be a positive number of seconds"):
+        progressive.quick_budget("bad", tiny_repo)
     results = tmp_path / "quick"
-    for i, seconds in enumerate(([40.0, 30.0], [200.0, 30.0])):  # the newest quick run of "slow" is over budget
+    for i, (slow, fast) in enumerate(((400.0, 30.0), (200.0, 120.0))):  # newest: "fast" over 90 s, "slow" within 300
         commit = f"{i + 1:08x}" + "0" * 32
-        progressive._record_times(results, "box", commit, {"slow": seconds[0], "fast": seconds[1], "cold": 900.0},
+        progressive._record_times(results, "box", commit, {"slow": slow, "fast": fast, "cold": 900.0},
                                   1_700_000_000_000 + i * 86_400_000, cold={"cold"})
         environment.write_run_record(results / "box", commit, "quick", {"harness": {}})
     db = tmp_path / "s.duckdb"
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found = alerts.budget_alerts(con)
-    assert [(a.kind, json.loads(a.params)["suite"], a.after) for a in found] == [("budget", "slow", 200.0)]
+        found = alerts.budget_alerts(con, tiny_repo)
+    assert [(a.kind, json.loads(a.params)["suite"], a.before, a.after) for a in found] == [("budget", "fast", 90, 120)]
+    assert found[0].detail == "fast: 120 s in quick mode, over its 90 s budget"
+
+
+def test_every_suites_quick_budget_reads():
+    """Each suite's QUICK_BUDGET_S, where it states one, is a positive number the harness can read."""
+    budgets = {suite: progressive.quick_budget(suite) for suite in progressive.suites_in_order(registry.load())}
+    assert all(seconds > 0 for seconds in budgets.values()) and budgets["common"] == progressive.QUICK_BUDGET_S
