@@ -141,13 +141,14 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
     except (OSError, json.JSONDecodeError):
         previous = {}
     taken, cold, code = {}, set(), 0
+    budgets = {suite: quick_budget(suite, root) for suite in suites}
     try:
         for i, suite in enumerate(suites):
             state = dict(pid=os.getpid(), machine=machine, mode=mode, done=suites[:i], running=suite, total=len(suites),
-                         since=time.time(), eta_s=sum(previous.get(s, quick_budget(s, root)) for s in suites[i:]))
+                         since=time.time(), eta_s=sum(previous.get(s, budgets[s]) for s in suites[i:]))
             _write_json(progress_path(db), state)
             progress(f"claimbench: {progress_text(state)}")
-            start, cached, budget = time.monotonic(), _cache_files(), quick_budget(suite, root)
+            start, cached = time.monotonic(), _cache_files()
             code = runner.run(registry, quick=quick, machine=machine, bench=[rf"^{suite}\."], root=root) or code
             taken[suite] = time.monotonic() - start
             built = [name for name, stamp in _cache_files().items() if cached.get(name) != stamp]
@@ -155,16 +156,16 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
                 cold.add(suite)
                 progress(f"claimbench: {suite} built {len(built)} cached input(s) ({taken[suite]:.0f} s; later runs "
                          "read them), so its time is not held against the budget")
-            elif quick and taken[suite] > budget:
-                progress(f"claimbench: {suite} took {taken[suite]:.0f} s in quick mode, over its {budget:.0f} s budget")
+            elif quick and taken[suite] > budgets[suite]:
+                progress(f"claimbench: {suite} took {taken[suite]:.0f} s in quick mode, over its {budgets[suite]:.0f} s "
+                         "budget")
             _write_json(seconds_path, {**previous, **taken})
             _ingest([results], db, progress)
         if quick:
             _record_times(results, machine, runner.head_commit(root), taken, cold=cold)
             _ingest([results], db, progress)
             total = sum(taken.values())
-            warm = [s for s in taken if s not in cold]
-            over = " (over the budget)" if sum(taken[s] - quick_budget(s, root) for s in warm) > 0 else ""
+            over = " (over the budget)" if sum(taken[s] - budgets[s] for s in taken if s not in cold) > 0 else ""
             built = f"; {len(cold)} of them built cached inputs" if cold else ""
             progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}{built}")
         progress_path(db).unlink(missing_ok=True)
