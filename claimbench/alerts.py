@@ -22,6 +22,14 @@ asv assumes lower is better. A higher-is-better series of positive values is inv
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
 a higher-is-better series that crosses zero is negated instead.
 
+A step between two runs that both kept the samples their value came from (the rounds of a median,
+the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them: a one-sided
+rank-sum test over the reference run's samples and the newest run's (intervals.rank_sum_pvalue).
+When p >= NOISE_P the rounds cannot tell the two runs apart: the alert is listed as within noise,
+with its p-value, and is not open. A step with p below it says its p-value and stays open. Rounds
+show one run's noise, not the spread between runs (another load on the machine); a step no file on
+the code path explains still says so.
+
 A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
 its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to any
@@ -40,7 +48,7 @@ from pathlib import Path
 
 from asv import step_detect
 
-from . import codepath, inputs
+from . import codepath, inputs, intervals
 from . import verdicts as V
 from .registry import REPO_ROOT
 
@@ -50,6 +58,9 @@ MIN_HISTORY = 4  # values before the newest needed to estimate the noise
 NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units
 SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one point carries its whole noise
 CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
+NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
+MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
+RANK_TESTED = ("order statistics", "Wilson")  # estimates whose value is a median or a share of their samples
 
 
 def _alerts_config(path) -> dict:
@@ -87,7 +98,7 @@ class Alert:
     before: float | None
     after: float | None
     detail: str
-    status: str = "open"  # or "acknowledged"
+    status: str = "open"  # or "acknowledged", "within noise"
     mode: str | None = None  # the series' run mode and inputs fingerprint
     inputs: str | None = None
 
@@ -174,28 +185,53 @@ def detect(values: list[float], direction: str, threshold: float) -> list[tuple[
 
 
 def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
-    """Both rules over every series; a step with no change on its suite's code path (git at root) says so."""
+    """Both rules over every series; a step with no change on its suite's code path (git at root) says so,
+    and one whose two runs kept their samples carries its rank-sum test (module docstring)."""
     rows = con.execute(
         """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
-                  r.inputs
+                  r.inputs, x.samples, json_extract_string(x.interval, '$.method')
            FROM results x JOIN runs r USING (run_id)
            WHERE x.value IS NOT NULL AND x.direction IN ('higher', 'lower')
            ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
     series: dict[tuple, list] = {}
-    for bench, params, machine, direction, commit, date, value, mode, recorded in rows:
+    for bench, params, machine, direction, commit, date, value, mode, recorded, samples, method in rows:
         fingerprint = inputs.key(json.loads(recorded or "{}").get(inputs.suite_of(bench)))
-        series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append((commit, date, value))
+        testable = samples if method and method.startswith(RANK_TESTED) else None
+        series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
+            (commit, date, value, testable))
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():
         threshold = thresholds.for_benchmark(bench)
-        for before, after, v_before, v_after, rule in detect([p[2] for p in points], direction, threshold):
-            commit, date, _ = points[after]
+        values = [p[2] for p in points]
+        for before, after, v_before, v_after, rule in detect(values, direction, threshold):
+            commit, date, _, _ = points[after]
+            reference = _reference_point(values, before, v_before)
+            noise, noise_note = _rank_test(points[reference][3], points[-1][3], direction)
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
                                 f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)"
-                                f"{_code_path_note(bench, points[before][0], commit, root)}", mode=mode,
-                                inputs=fingerprint))
+                                f"{_code_path_note(bench, points[before][0], commit, root)}{noise_note}",
+                                status="within noise" if noise else "open", mode=mode, inputs=fingerprint))
     return alerts
+
+
+def _reference_point(values: list[float], before: int, v_before: float) -> int:
+    """The run the step is measured from: the newest-point rule's reference (one of the
+    REFERENCE_POINTS values before the newest), else the last run before asv's step."""
+    window = range(max(0, before + 1 - REFERENCE_POINTS), before + 1)
+    return next((i for i in reversed(window) if values[i] == v_before), before)
+
+
+def _rank_test(reference: list[float] | None, newest: list[float] | None, direction: str) -> tuple[bool, str]:
+    """(within noise?, a clause for the detail) from the two runs' samples; (False, '') without them."""
+    if not reference or not newest or min(len(reference), len(newest)) < MIN_SAMPLES:
+        return False, ""
+    better, worse = (reference, newest) if direction == "higher" else (newest, reference)
+    p = intervals.rank_sum_pvalue(better, worse)
+    if p >= NOISE_P:
+        return True, (f"; within noise: the two runs' samples ({len(reference)} and {len(newest)}) do not tell them "
+                      f"apart (one-sided rank-sum test, p = {p:.2f})")
+    return False, f"; rank-sum test over the two runs' {len(reference)} and {len(newest)} samples: p = {p:.3f}"
 
 
 def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
@@ -262,7 +298,8 @@ def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str]
 
 def markdown(alerts: list[Alert]) -> str:
     open_ = [a for a in alerts if a.status == "open"]
-    acknowledged = [a for a in alerts if a.status != "open"]
+    noise = [a for a in alerts if a.status == "within noise"]
+    acknowledged = [a for a in alerts if a.status == "acknowledged"]
     lines = ["## claimbench alerts", ""]
     lines.append(f"{len(open_)} open alert(s)." if open_ else "No open regressions, gate failures or verdict flips.")
     if drift := sum(CODE_UNCHANGED in a.detail for a in open_):
@@ -270,6 +307,10 @@ def markdown(alerts: list[Alert]) -> str:
                       f"libraries changed, {CODE_UNCHANGED}.")
     lines.append("")
     lines += _table(open_)
+    if noise:
+        lines += ["", f"### Within noise ({len(noise)}): steps the two runs' own samples cannot tell apart "
+                      f"(rank-sum test, p >= {NOISE_P})", ""]
+        lines += _table(noise)
     if acknowledged:
         lines += ["", f"### Acknowledged ({len(acknowledged)}): intended changes, each with its reason", ""]
         lines += _table(acknowledged)

@@ -13,6 +13,9 @@
   interval. `unpaired` resamples two independent sample sets (latencies of two configurations).
 - A paired test (`sign_flip_pvalue`): the one-sided p-value of a mean paired difference above 0
   by random sign flips; `holm` corrects many such tests at once.
+- Two runs' samples (`rank_sum_pvalue`, the rounds of one benchmark at two commits): the one-sided
+  Wilcoxon rank-sum (Mann-Whitney) p-value that the first run's values lie above the second's, by
+  random relabelling of the pooled ranks (ties share their mean rank).
 Every estimate says how many samples it rests on and how many it needs (`min_n`); below that,
 verdicts call it inconclusive.
 """
@@ -85,11 +88,11 @@ def order_statistic_interval(samples: Sequence[float], confidence: float = CONFI
     return x[lo], x[n - 1 - lo], float(coverage[lo])
 
 
-def median_of(samples: Sequence[float]) -> Estimate:
-    """The median of repeated measurements (a time per round) and its order-statistic interval."""
+def median_of(samples: Sequence[float], method: str = "order statistics of rounds") -> Estimate:
+    """The median of repeated measurements (a time per round, a latency per query) and its
+    order-statistic interval."""
     low, high, _ = order_statistic_interval(samples)
-    return Estimate(statistics.median(samples), low, high, len(samples), "order statistics of rounds", MIN_ROUNDS,
-                    tuple(samples))
+    return Estimate(statistics.median(samples), low, high, len(samples), method, MIN_ROUNDS, tuple(samples))
 
 
 def ratio_of_rounds(baseline: Sequence[float], method: Sequence[float]) -> Estimate:
@@ -156,6 +159,27 @@ def sign_flip_pvalue(deltas: Sequence[float], permutations: int = 10_000, seed: 
     signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(permutations, len(d)))
     observed = d.mean()
     return float((1 + np.count_nonzero((signs @ d) / len(d) >= observed - 1e-12)) / (1 + permutations))
+
+
+def rank_sum_pvalue(above: Sequence[float], below: Sequence[float], permutations: int = 10_000,
+                    seed: int = 0) -> float:
+    """One-sided p-value that the values of `above` tend to exceed those of `below`: the share of
+    random splits of the pooled ranks into groups of these sizes whose first group's rank sum is at
+    least the observed one (the observed split counted once)."""
+    a, b = np.asarray(above, dtype=np.float64), np.asarray(below, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1 or not len(a) or not len(b):
+        raise ValueError("above, below: non-empty 1-d sequences")
+    pooled = np.concatenate([a, b])
+    order = np.argsort(pooled, kind="stable")
+    ranks = np.empty(len(pooled))
+    ranks[order] = np.arange(1, len(pooled) + 1)
+    for value in np.unique(pooled):  # ties: the mean of the ranks they span
+        tied = pooled == value
+        ranks[tied] = ranks[tied].mean()
+    observed = ranks[:len(a)].sum()
+    rng = np.random.default_rng(seed)
+    shuffled = np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]
+    return float((1 + np.count_nonzero(ranks[shuffled].sum(axis=1) >= observed - 1e-9)) / (1 + permutations))
 
 
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:

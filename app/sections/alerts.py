@@ -1,5 +1,5 @@
-"""Regressions (asv step detection), gate failures and verdict flips: open ones first, then the
-acknowledged ones, newest first."""
+"""Regressions (asv step detection), gate failures and verdict flips: open ones first, then those
+within noise and the acknowledged ones, newest first."""
 import urllib.parse
 
 import streamlit as st
@@ -16,10 +16,12 @@ if not open_count:
     st.success("No open regressions, gate failures or verdict flips.")
 if not df.empty:
     drift = int(((df["status"] == "open") & df["detail"].str.contains(alerts.CODE_UNCHANGED, regex=False)).sum())
-    st.caption(f"{open_count} open, {len(df) - open_count} acknowledged (intended changes, each with its reason "
-               "in pyproject.toml)" + (f"; {drift} of the open ones are steps with no change on their code path "
-                                       "(the machine, its load or its libraries changed: see their detail)"
-                                       if drift else ""))
+    noise = int((df["status"] == "within noise").sum())
+    st.caption(f"{open_count} open, {len(df) - open_count - noise} acknowledged (intended changes, each with its "
+               f"reason in pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell "
+               "apart: see their detail)" + (f"; {drift} of the open ones are steps with no change on their code "
+                                             "path (the machine, its load or its libraries changed: see their detail)"
+                                             if drift else ""))
     kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
     if kinds:
         df = df[df["kind"].isin(kinds)]

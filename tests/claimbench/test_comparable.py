@@ -19,9 +19,10 @@ PAPERS = GATED_PAPERS.replace('gate = { benchmark = "s.Claim.track_identical", m
 BENCH = "s.Claim.track_speedup"
 
 
-def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None):
+def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None, rounds=None):
     """One asv results file at commit i; with mode, the run record claimbench run leaves beside it;
-    with low/high, the evidence line of the benchmark's interval."""
+    with low/high, the evidence line of the benchmark's interval; with rounds, that of a median of
+    per-round values (its interval from them)."""
     commit = f"{i + 1:08x}" + "0" * 32
     asvfiles.write_run(results, "box", commit, 1_700_000_000_000 + i * 86_400_000,
                        {BENCH: (["dataset"], [["d"]], [value], "x")})
@@ -29,8 +30,9 @@ def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None)
     if mode is not None:
         record = {"commit": commit, "mode": mode, "inputs": {"s": suite_inputs or {"corpus": "abc"}}}
         (machine_dir / f"{commit[:8]}{environment.RECORD_SUFFIX}").write_text(json.dumps(record))
-    if low is not None:
-        est = intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7)
+    if low is not None or rounds is not None:
+        est = (intervals.median_of(rounds) if rounds is not None
+               else intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7))
         evidence.record(BENCH, {"dataset": "d"}, est, machine_dir / f"{commit[:8]}{evidence.SUFFIX}")
     return commit
 
@@ -189,3 +191,20 @@ def test_verdicts_say_whether_their_inputs_are_the_checkouts():
     assert V.inputs_status("s", "fp2", current) == V.OTHER_INPUTS
     assert V.inputs_status("s", inputs.UNRECORDED, current) == V.INPUTS_UNRECORDED
     assert set(V.current_inputs()) >= {"lychee", "ssa", "ugds"}
+
+
+@pytest.mark.parametrize("newest, status", [([1.9, 2.4, 2.6, 2.7, 3.0, 3.3, 3.8], "within noise"),
+                                            ([1.0, 1.1, 1.2, 1.25, 1.3, 1.4, 1.5], "open")])
+def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, newest, status):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    for i in range(8):
+        run_at(results, i, 3.0, mode="full", rounds=[2.0, 2.5, 2.8, 3.0, 3.2, 3.5, 4.0])
+    run_at(results, 8, sorted(newest)[3], mode="full", rounds=newest)
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = A.regressions(con, A.Thresholds())
+    assert found.status == status and "rank-sum test" in found.detail and "p = " in found.detail
+    md = A.markdown([found])
+    assert ("### Within noise (1)" in md) == (status == "within noise")
+    assert ("1 open alert(s)." in md) == (status == "open")

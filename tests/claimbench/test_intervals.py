@@ -71,3 +71,14 @@ def test_measure_ratio_is_the_estimates_value():
 def test_wilson_bounds_are_exact_at_the_ends():
     from claimbench import intervals
     assert intervals.rate([True] * 17).high == 1.0 and intervals.rate([False] * 11).low == 0.0
+
+
+def test_rank_sum_pvalue_is_calibrated_under_no_change_and_small_for_a_shift():
+    rng = np.random.default_rng(0)
+    null = [intervals.rank_sum_pvalue(rng.normal(0, 1, 7), rng.normal(0, 1, 7), permutations=2000) for _ in range(300)]
+    assert 0.02 <= np.mean(np.array(null) < 0.05) <= 0.09  # about 5% of no-change pairs fall below 0.05
+    assert intervals.rank_sum_pvalue([10, 11, 12, 13, 14, 15, 16], [1, 2, 3, 4, 5, 6, 7]) < 0.001
+    assert intervals.rank_sum_pvalue([1, 2, 3, 4, 5, 6, 7], [10, 11, 12, 13, 14, 15, 16]) > 0.99  # one-sided
+    assert intervals.rank_sum_pvalue([1.0] * 6, [1.0] * 6) == 1.0  # all tied: no evidence either way
+    with pytest.raises(ValueError):
+        intervals.rank_sum_pvalue([], [1.0])
