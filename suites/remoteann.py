@@ -11,9 +11,9 @@ query, GETs x 30 ms + bytes / 88 MB/s). Then, over S3, in 7 interleaved rounds o
 (baseline then RemoteANN on the same queries each round): cold (RemoteANN's cache emptied before
 every query) at concurrency 1; warm (the cache filled by one pass over the timed queries first) at
 concurrency 1 and at concurrency 8 (8 client threads sharing the index). Recorded: QPS per round
-and the per-round QPS ratio, p50/p99 latency, GETs and bytes per query, the cache hit rate, recall
-of what came back from S3 (against exact ground truth), and, for context, QPS of the same layout in
-a local folder. The server and the proxy are Python processes on the same 2 cores as the client:
+and the per-round QPS ratio, p50 latency (with its interval over the queries) and p99, GETs and
+bytes per query, the cache hit rate, recall of what came back from S3 (against exact ground truth),
+and, for context, QPS per round of the same layout in a local folder. The server and the proxy are Python processes on the same 2 cores as the client:
 at concurrency 8 their CPU is part of what is measured. Objects over 8 MiB are stored as 8 MiB parts
 (claimbench.blobstore: moto reads the whole object for each ranged GET, S3 does not).
 The claim row: warm throughput at concurrency 8, RemoteANN over the baseline, gated on both
@@ -178,8 +178,8 @@ def measure(name: str, progress=print) -> dict:
             for method in reached:
                 row = rows[method]
                 row["recall"] = quality.recall_at_k(np.concatenate(row.pop("warm_ids")), truth, K)
-                local_seconds, _, _ = _run(locals_[method], timed, 1, cold=False)
-                row["local_qps"] = len(timed) / local_seconds
+                row["local_s"] = [_run(locals_[method], timed[round_no * PER_ROUND:(round_no + 1) * PER_ROUND], 1,
+                                       cold=False)[0] for round_no in range(ROUNDS)]
                 progress(f"remoteann: {name} recall {target} {method} {row['params']}: recall {row['recall']:.4f}, "
                          f"warm {PER_ROUND * ROUNDS / sum(row['warm_s']):.1f} q/s, c{CONCURRENCY} "
                          f"{PER_ROUND * ROUNDS / sum(row[f'warm-c{CONCURRENCY}_s']):.1f} q/s, "
@@ -208,6 +208,10 @@ def _qps(row, mode) -> intervals.Estimate:
     return intervals.median_of([PER_ROUND / s for s in row[f"{mode}_s"]])
 
 
+def _p50(row, mode) -> intervals.Estimate:
+    return intervals.median_of(row[f"{mode}_latency"], "order statistics of queries")
+
+
 class Search(_Measured):
     """Each method at its parameters for each target: throughput, latency, reads, recall."""
     params = (DATASETS, TARGETS, list(METHODS))
@@ -230,16 +234,20 @@ class Search(_Measured):
         return _qps(self._row(r, dataset, target, method), "cold")
     track_qps_cold.unit = metrics.QPS.unit
 
+    @evidence.estimate
     def track_p50_s(self, r, dataset, target, method):
-        return float(np.percentile(self._row(r, dataset, target, method)["warm_latency"], 50))
+        """Warm, concurrency 1: the median latency over every timed query."""
+        return _p50(self._row(r, dataset, target, method), "warm")
     track_p50_s.unit = metrics.SECONDS.unit
 
     def track_p99_s(self, r, dataset, target, method):
+        """No interval: the 99th percentile of 70 queries has none at 95% (that takes at least 299)."""
         return float(np.percentile(self._row(r, dataset, target, method)["warm_latency"], 99))
     track_p99_s.unit = metrics.SECONDS.unit
 
+    @evidence.estimate
     def track_p50_s_cold(self, r, dataset, target, method):
-        return float(np.percentile(self._row(r, dataset, target, method)["cold_latency"], 50))
+        return _p50(self._row(r, dataset, target, method), "cold")
     track_p50_s_cold.unit = metrics.SECONDS.unit
 
     def track_gets_per_query(self, r, dataset, target, method):
@@ -282,9 +290,10 @@ class Search(_Measured):
         return params["rerank"]
     track_rerank.unit = metrics.COUNT.unit
 
+    @evidence.estimate
     def track_qps_local_disk(self, r, dataset, target, method):
         """Context: the same layout and parameters in a local folder (page cache), concurrency 1."""
-        return self._row(r, dataset, target, method)["local_qps"]
+        return _qps(self._row(r, dataset, target, method), "local")
     track_qps_local_disk.unit = metrics.QPS.unit
 
 
