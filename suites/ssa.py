@@ -43,14 +43,19 @@ PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exac
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head, then
 # low-rank keys (4 and 16 fp16 numbers per key: as many bytes as pq-8x8, and four times that).
-PROXIES = {"pq-2x6": lambda: PQProxy(2, 6), "pq-4x8": lambda: PQProxy(4, 8), "pq-8x8": lambda: PQProxy(8, 8),
-           "lowrank-4": lambda: LowRankProxy(4), "lowrank-16": lambda: LowRankProxy(16), "exact": ExactProxy}
+# Each takes the dict in which a prefill's PQ codebooks are shared (PQProxy.shared).
+PROXIES = {"pq-2x6": lambda books: PQProxy(2, 6, shared=books), "pq-4x8": lambda books: PQProxy(4, 8, shared=books),
+           "pq-8x8": lambda books: PQProxy(8, 8, shared=books), "lowrank-4": lambda _: LowRankProxy(4),
+           "lowrank-16": lambda _: LowRankProxy(16), "exact": lambda _: ExactProxy()}
 
 
 def make_methods(sparsity: float) -> dict:
-    return {"dense": Dense(), "ssa": SSA(sparsity=sparsity), "pqcache": PQCache(sparsity=sparsity),
+    """Fresh methods for one prefill; the three on PQ keys share its codebooks (the same numbers)."""
+    books = {}
+    return {"dense": Dense(), "ssa": SSA(sparsity=sparsity, proxy=PQProxy(shared=books)),
+            "pqcache": PQCache(sparsity=sparsity, proxy=PQProxy(shared=books)),
             "oracle-top-k": OracleTopK(sparsity=sparsity), "quest": Quest(sparsity=sparsity),
-            "importance-sampling": ImportanceSampling(sparsity=sparsity)}
+            "importance-sampling": ImportanceSampling(sparsity=sparsity, proxy=PQProxy(shared=books))}
 
 
 class ErrorProbe:
@@ -70,10 +75,10 @@ class ErrorProbe:
 
 def proxy_methods(sparsity: float) -> dict:
     """SSA and proxy top-k (PQCache's selection) at every proxy resolution, dense as the reference."""
-    out = {"dense": Dense()}
+    out, books = {"dense": Dense()}, {}
     for proxy, make in PROXIES.items():
-        out[f"ssa/{proxy}"] = SSA(sparsity=sparsity, proxy=make())
-        out[f"top-k/{proxy}"] = PQCache(sparsity=sparsity, proxy=make())
+        out[f"ssa/{proxy}"] = SSA(sparsity=sparsity, proxy=make(books))
+        out[f"top-k/{proxy}"] = PQCache(sparsity=sparsity, proxy=make(books))
     return out
 
 

@@ -88,12 +88,18 @@ def kmeans(x: Tensor, k: int, iters: int, gen: torch.Generator) -> Tensor:
 
 @dataclass
 class PQProxy:
-    """Product-quantized keys per (layer, KV head), built from the keys present at the first
-    decode step (the prefill) and extended by encoding later keys with the same codebooks."""
+    """Product-quantized keys per (layer, KV head): codebooks built at the first decode step from
+    the prefill's keys (all but the step's own), every key encoded with them as it comes.
+
+    `shared` (a dict the caller owns, e.g. one per prefill) lets proxies of the same settings reuse
+    one another's codebooks and prefill codes: a proxy takes them only where its prefill keys are
+    equal to those they were built from, so the numbers are the ones it would have built itself
+    (SSA, PQCache and importance sampling decode from one prefill: k-means once, not three times)."""
     subvectors: int = 2
     bits: int = 6
     iters: int = 10
     seed: int = 0
+    shared: dict | None = field(default=None, repr=False)
     _books: dict = field(default_factory=dict, repr=False)
 
     def keys(self, layer: int, k: Tensor) -> Tensor:
@@ -102,15 +108,26 @@ class PQProxy:
         hkv, n, d = kk.shape
         sub = kk.view(hkv, n, self.subvectors, d // self.subvectors).transpose(1, 2).reshape(hkv * self.subvectors, n, -1)
         if layer not in self._books:
-            gen = torch.Generator().manual_seed(self.seed + layer)
-            books = kmeans(sub, min(2 ** self.bits, n), self.iters, gen)
-            self._books[layer] = [books, torch.empty(hkv * self.subvectors, 0, dtype=torch.long)]
+            self._books[layer] = self._built(layer, sub[:, :-1] if n > 1 else sub)
         books, codes = self._books[layer]
         if codes.shape[1] < n:  # encode keys the codes do not cover yet
             new = torch.cdist(sub[:, codes.shape[1]:], books).argmin(-1)
             codes = self._books[layer][1] = torch.cat([codes, new], 1)
         recon = books.gather(1, codes[:, :n, None].expand(-1, -1, books.shape[-1]))
         return recon.view(hkv, self.subvectors, n, -1).transpose(1, 2).reshape(hkv, n, d)
+
+    def _built(self, layer: int, sub: Tensor) -> list[Tensor]:
+        """[codebooks, codes of sub] for a layer's prefill keys: from `shared` where they were built
+        from equal keys with these settings, else k-means (then offered to `shared`)."""
+        key = (layer, self.subvectors, self.bits, self.iters, self.seed)
+        if self.shared is not None and key in self.shared and torch.equal(self.shared[key][0], sub):
+            return list(self.shared[key][1:])
+        gen = torch.Generator().manual_seed(self.seed + layer)
+        books = kmeans(sub, min(2 ** self.bits, sub.shape[1]), self.iters, gen)
+        codes = torch.cdist(sub, books).argmin(-1)
+        if self.shared is not None:
+            self.shared[key] = (sub.clone(), books, codes)
+        return [books, codes]
 
 
 @dataclass

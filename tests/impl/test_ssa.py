@@ -110,3 +110,23 @@ def test_finer_pq_proxy_reconstructs_keys_better():
     torch.testing.assert_close(LowRankProxy(64).keys(0, k), k[0], atol=1e-4, rtol=1e-4)  # full rank: exact
     assert torch.equal(PQCache(sparsity=50, proxy=ExactProxy()).attend(0, k[:, :, :1], k, k),
                        OracleTopK(sparsity=50).attend(0, k[:, :, :1], k, k))  # exact proxy top-k is the oracle
+
+
+def test_pq_proxies_share_codebooks_only_over_equal_keys(monkeypatch):
+    from claimbench.llm import sparse
+    built, kmeans = [], sparse.kmeans
+    monkeypatch.setattr(sparse, "kmeans", lambda *a: built.append(1) or kmeans(*a))
+    gen = torch.Generator().manual_seed(2)
+    k = torch.randn(1, 3, 500, 64, generator=gen)
+    grown = torch.cat([k, torch.randn(1, 3, 7, 64, generator=gen)], 2)  # keys decoding appended later
+    alone = PQProxy()
+    expected = [alone.keys(0, k), alone.keys(0, grown)]
+    books = {}
+    first, second = PQProxy(shared=books), PQProxy(shared=books)
+    built.clear()
+    assert torch.equal(first.keys(0, k), expected[0]) and torch.equal(second.keys(0, k), expected[0])
+    assert torch.equal(second.keys(0, grown), expected[1]) and torch.equal(first.keys(0, grown), expected[1])
+    assert len(built) == 1  # one k-means for both
+    other = PQProxy(shared=books)
+    assert torch.equal(other.keys(0, k + 1), PQProxy().keys(0, k + 1))  # other keys: its own codebooks
+    assert len(built) == 3 and torch.equal(first.keys(0, grown), expected[1])
