@@ -13,9 +13,10 @@ every query) at concurrency 1; warm (the cache filled by one pass over the timed
 concurrency 1 and at concurrency 8 (8 client threads sharing the index). Recorded: QPS per round
 and the per-round QPS ratio, p50 latency (with its interval over the queries) and p99, GETs and
 bytes per query, the cache hit rate, recall of what came back from S3 (against exact ground truth),
-and, for context, QPS per round of the same layout in a local folder. The server and the proxy are Python processes on the same 2 cores as the client:
-at concurrency 8 their CPU is part of what is measured. Objects over 8 MiB are stored as 8 MiB parts
-(claimbench.blobstore: moto reads the whole object for each ranged GET, S3 does not).
+and, for context, QPS per round of the same layout in a local folder. The server and the proxy are
+Python processes on the same 2 cores as the client: at concurrency 8 their CPU is part of what is
+measured. Objects over 8 MiB are stored as 8 MiB parts (claimbench.blobstore: moto reads the whole
+object for each ranged GET, S3 does not).
 The claim row: warm throughput at concurrency 8, RemoteANN over the baseline, gated on both
 recalls within 0.005 of the target; folded by max over datasets and targets ("up to").
 CLAIMBENCH_QUICK=1: GloVe-50 at its quick size, target 0.95, 3 rounds of 10 queries.
