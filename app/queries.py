@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from claimbench import alerts as A
-from claimbench import inputs
+from claimbench import inputs, machinespeed
 from claimbench import registry as R
 from claimbench import store
 from claimbench import verdicts as V
@@ -281,3 +281,26 @@ def machines(version) -> pd.DataFrame:
         libs = df.pop("libraries").map(lambda s: json.loads(s or "{}"))
         df["libraries"] = libs.map(lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
     return df
+
+
+@st.cache_data(show_spinner=False)
+def machine_speed(version) -> pd.DataFrame:
+    """The machine-speed probes of every run that timed them (claimbench.machinespeed), one row per
+    run and probe: median milliseconds of CPU per round over the run's two ends, with its interval."""
+    def query(con):
+        if con is None:
+            return []
+        return con.execute("""SELECT machine, commit_hash, mode, machine_speed FROM runs
+                              WHERE machine_speed IS NOT NULL ORDER BY machine""").fetchall()
+    runs: dict[tuple, dict] = {}  # the suites of one `claimbench run` share one record
+    for machine, commit, mode, speed in _read(query):
+        for suite, record in json.loads(speed).items():
+            run = runs.setdefault((machine, record.get("started"), commit, mode), {"record": record, "suites": []})
+            run["suites"].append(suite)
+    rows = [dict(machine=machine, started=pd.to_datetime(started), commit=commit[:8], mode=mode,
+                 suites=", ".join(sorted(run["suites"])), probe=probe, ms=1000 * e.value, low_ms=1000 * e.low,
+                 high_ms=1000 * e.high)
+            for (machine, started, commit, mode), run in runs.items()
+            for probe, e in machinespeed.summary(run["record"]).items()]
+    return pd.DataFrame(rows, columns=["machine", "started", "commit", "mode", "suites", "probe", "ms", "low_ms",
+                                       "high_ms"])

@@ -30,6 +30,13 @@ with its p-value, and is not open. A step with p below it says its p-value and s
 show one run's noise, not the spread between runs (another load on the machine); a step no file on
 the code path explains still says so.
 
+A step in a wall-clock series (a time, queries/s, tokens/s: metrics.wall_clock) between two runs
+that both timed the machine-speed probes (claimbench.machinespeed) says whether the machine slowed
+too: as much as the series (MACHINE_SLOWER: its most slowed probe's time ratio, significant by a
+rank-sum test over the probes' rounds, times 1 + the threshold reaches the series' own), less, or
+not measurably. It stays open either way: the probes show the machine at each run's two ends, and
+a slower machine does not make slower code impossible.
+
 A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
 its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to any
@@ -48,7 +55,7 @@ from pathlib import Path
 
 from asv import step_detect
 
-from . import codepath, inputs, intervals
+from . import codepath, inputs, intervals, machinespeed, metrics
 from . import verdicts as V
 from .registry import REPO_ROOT
 
@@ -58,6 +65,7 @@ MIN_HISTORY = 4  # values before the newest needed to estimate the noise
 NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units
 SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one point carries its whole noise
 CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
+MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
 RANK_TESTED = ("order statistics", "Wilson")  # estimates whose value is a median or a share of their samples
@@ -189,30 +197,49 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
     and one whose two runs kept their samples carries its rank-sum test (module docstring)."""
     rows = con.execute(
         """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
-                  r.inputs, x.samples, json_extract_string(x.interval, '$.method')
+                  r.inputs, x.samples, json_extract_string(x.interval, '$.method'), x.unit, r.machine_speed
            FROM results x JOIN runs r USING (run_id)
            WHERE x.value IS NOT NULL AND x.direction IN ('higher', 'lower')
            ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
     series: dict[tuple, list] = {}
-    for bench, params, machine, direction, commit, date, value, mode, recorded, samples, method in rows:
-        fingerprint = inputs.key(json.loads(recorded or "{}").get(inputs.suite_of(bench)))
+    for bench, params, machine, direction, commit, date, value, mode, recorded, samples, method, unit, speed in rows:
+        suite = inputs.suite_of(bench)
+        fingerprint = inputs.key(json.loads(recorded or "{}").get(suite))
         testable = samples if method and method.startswith(RANK_TESTED) else None
+        probes = json.loads(speed).get(suite) if speed and metrics.wall_clock(bench, unit) else None
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
-            (commit, date, value, testable))
+            (commit, date, value, testable, probes))
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():
         threshold = thresholds.for_benchmark(bench)
         values = [p[2] for p in points]
         for before, after, v_before, v_after, rule in detect(values, direction, threshold):
-            commit, date, _, _ = points[after]
+            commit, date = points[after][:2]
             reference = _reference_point(values, before, v_before)
             noise, noise_note = _rank_test(points[reference][3], points[-1][3], direction)
+            machine_note = _machine_note(points[reference][4], points[-1][4], v_before, v_after, direction, threshold)
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
                                 f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)"
-                                f"{_code_path_note(bench, points[before][0], commit, root)}{noise_note}",
+                                f"{_code_path_note(bench, points[before][0], commit, root)}{noise_note}{machine_note}",
                                 status="within noise" if noise else "open", mode=mode, inputs=fingerprint))
     return alerts
+
+
+def _machine_note(older: dict | None, newer: dict | None, v_before: float, v_after: float, direction: str,
+                  threshold: float) -> str:
+    """Whether the machine's speed probes (claimbench.machinespeed) slowed as much as a wall-clock series
+    that went from v_before to v_after; '' unless both runs timed them."""
+    slowed = machinespeed.slowdown(older, newer)
+    if slowed is None or v_before <= 0 or v_after <= 0:
+        return ""
+    step = v_after / v_before if direction == "lower" else v_before / v_after  # in time: above 1 is slower
+    series = f"this series {step:.2f}x (machine-speed probes before and after each run)"
+    if not slowed.significant:
+        return f"; the machine was not measurably slower: {slowed.describe()}; {series}"
+    if slowed.ratio * (1 + threshold) >= step:
+        return f"; {MACHINE_SLOWER}: {slowed.describe()}; {series}"
+    return f"; the machine slowed less than this: {slowed.describe()}; {series}"
 
 
 def _reference_point(values: list[float], before: int, v_before: float) -> int:
@@ -305,6 +332,9 @@ def markdown(alerts: list[Alert]) -> str:
     if drift := sum(CODE_UNCHANGED in a.detail for a in open_):
         lines[-1] += (f" {drift} of them are steps with no change on their code path: the machine, its load or its "
                       f"libraries changed, {CODE_UNCHANGED}.")
+    if slower := sum(MACHINE_SLOWER in a.detail for a in open_):
+        lines[-1] += (f" {slower} of them are wall-clock steps over which {MACHINE_SLOWER}, by its speed probes "
+                      f"before and after each run.")
     lines.append("")
     lines += _table(open_)
     if noise:

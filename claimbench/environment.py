@@ -12,7 +12,7 @@ from pathlib import Path
 LIBRARIES = ("numpy", "torch", "faiss-cpu", "faiss-gpu-cu12", "onnxruntime", "tensorrt",
              "triton", "duckdb", "asv", "numba", "sentence-transformers")
 SIDECAR = "claimbench-env.json"
-RECORD_SUFFIX = ".claimbench.json"  # <commit>.claimbench.json: one run's mode, input digests, environment
+RECORD_SUFFIX = ".claimbench.json"  # <commit>.claimbench.json: a run's mode, input digests, environment, machine speed
 
 
 def library_versions() -> dict[str, str]:
@@ -69,9 +69,11 @@ def write_sidecar(machine_dir: Path) -> Path:
     return path
 
 
-def write_run_record(machine_dir: Path, commit: str, mode: str, suite_inputs: dict[str, dict[str, str]]) -> Path:
-    """`<commit>.claimbench.json`: the mode, each suite's input digests and the environment of a run;
-    a second run at the same commit (another paper) adds its suites' inputs to the record."""
+def write_run_record(machine_dir: Path, commit: str, mode: str, suite_inputs: dict[str, dict[str, str]],
+                     machine_speed: dict[str, dict] | None = None) -> Path:
+    """`<commit>.claimbench.json`: the mode, each suite's input digests, the environment of a run and,
+    per suite that ran, the machine-speed probes around it (claimbench.machinespeed); a second run at
+    the same commit (another paper) adds its suites' inputs and probes to the record."""
     path = machine_dir / f"{commit[:8]}{RECORD_SUFFIX}"
     try:
         old = json.loads(path.read_text())
@@ -79,6 +81,8 @@ def write_run_record(machine_dir: Path, commit: str, mode: str, suite_inputs: di
         old = {}
     record = {"commit": commit, "mode": mode, "inputs": {**old.get("inputs", {}), **suite_inputs},
               "environment": describe()}
+    if speed := {**old.get("machine_speed", {}), **(machine_speed or {})}:
+        record["machine_speed"] = speed
     machine_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path

@@ -270,7 +270,8 @@ def _parse_asv(path: Path, sha: str, data: dict) -> ParsedRun:
     date = datetime.fromtimestamp(res.date / 1000, timezone.utc) if res.date else None
     run = dict(machine=machine_name, commit_hash=res.commit_hash, commit_date=date,
                env_name=res.env_name, python=res.params.get("python"), source="asv",
-               mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}))
+               mode=record.get("mode", inputs.UNRECORDED), inputs=json.dumps(record.get("inputs") or {}),
+               machine_speed=json.dumps(record["machine_speed"]) if record.get("machine_speed") else None)
     return ParsedRun(path, sha, run, _machine_record(machine_name, machine, env), rows, _started(data))
 
 
@@ -372,9 +373,10 @@ def _write(con, parsed: ParsedRun, report: IngestReport) -> None:
                  m["gpu_count"], m["driver"], m["cuda"], m["libraries"], m["info"]])
     con.execute("DELETE FROM results WHERE run_id = ?", [rid])
     r = parsed.run
-    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?, ?)",
+    con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?, ?, ?)",
                 [rid, r["machine"], r["commit_hash"], r["commit_date"], r["env_name"], r["python"],
-                 r["source"], str(parsed.path), parsed.sha, r["mode"], r["inputs"], _naive_utc(parsed.measured_at)])
+                 r["source"], str(parsed.path), parsed.sha, r["mode"], r["inputs"], _naive_utc(parsed.measured_at),
+                 r.get("machine_speed")])
     if parsed.rows:
         cols = list(zip(*parsed.rows))
         batch = pa.Table.from_arrays([pa.array([rid] * len(parsed.rows))] + [pa.array(c) for c in cols],

@@ -14,11 +14,12 @@ class Metric:
     unit: str
     direction: str  # "higher", "lower", or "none" for context that is neither (e.g. nprobe)
     description: str
+    wall_clock: bool = False  # a time or a rate per second of this machine's CPU: it moves with the machine's speed
 
 
-SECONDS = Metric("seconds", "lower", "wall time")
+SECONDS = Metric("seconds", "lower", "wall time", wall_clock=True)
 BYTES = Metric("bytes", "lower", "memory")
-QPS = Metric("queries/s", "higher", "queries per second")
+QPS = Metric("queries/s", "higher", "queries per second", wall_clock=True)
 SPEEDUP = Metric("x", "higher", "method throughput / baseline throughput, same process")
 RECALL = Metric("recall@10", "higher", "fraction of the true 10 nearest neighbours returned")
 IDENTICAL = Metric("fraction identical", "higher", "fraction of queries with identical results to the baseline")
@@ -27,8 +28,8 @@ PRUNED_FRACTION = Metric("fraction pruned", "higher", "vectors in probed lists n
 CEILING_SHARE = Metric("share of ceiling", "higher", "achieved speedup / the speedup the bound allows")
 VARIANCE = Metric("variance captured", "higher", "share of the data's variance in the kept directions")
 NPROBE = Metric("nprobe", "none", "inverted lists probed per query")
-ROWS_PER_S = Metric("rows/s", "higher", "rows ingested per second")
-TOKENS_PER_S = Metric("tokens/s", "higher", "tokens processed per second")
+ROWS_PER_S = Metric("rows/s", "higher", "rows ingested per second", wall_clock=True)
+TOKENS_PER_S = Metric("tokens/s", "higher", "tokens processed per second", wall_clock=True)
 PERPLEXITY = Metric("perplexity", "lower", "exp of the mean next-token negative log-likelihood")
 ACCURACY = Metric("accuracy", "higher", "share of expected answers found (string match)")
 USD = Metric("USD", "lower", "billed cost in US dollars")
@@ -100,3 +101,12 @@ def direction(benchmark: str, unit: str | None) -> str:
         return "lower"
     metric = REGISTRY.get(unit or "")
     return metric.direction if metric else "none"
+
+
+def wall_clock(benchmark: str, unit: str | None) -> bool:
+    """Whether a benchmark's value is a time or a rate of this machine's CPU (asv's time_*, or a unit
+    marked wall_clock): what a slower machine makes worse with no change in the code."""
+    if benchmark.rsplit(".", 1)[-1].startswith("time_"):
+        return True
+    metric = REGISTRY.get(unit or "")
+    return bool(metric and metric.wall_clock)

@@ -5,7 +5,8 @@ saves; claimbench's quick mode is therefore the suites' own small inputs (CLAIMB
 with one round per benchmark, run and saved normally, but into results of its own
 (`asv.quick.conf.json`: `.asv/results-quick/`), so a quick run never overwrites or joins a full
 run's series. Beside asv's file the run leaves, per machine and commit, `<commit>.claimbench.json`
-(the mode, every suite's input digests, the environment) and `<commit>.evidence.jsonl` (the
+(the mode, every suite's input digests, the environment, and the machine-speed probes timed before
+and after asv, claimbench.machinespeed, under each suite that ran) and `<commit>.evidence.jsonl` (the
 intervals and samples behind the claims' numbers, claimbench.evidence), which ingest reads.
 """
 from __future__ import annotations
@@ -22,11 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from asv.machine import Machine, MachineCollection
 
-from . import environment, evidence, inputs
+from . import environment, evidence, inputs, machinespeed
 from .registry import REPO_ROOT, Registry
 
 QUICK_ENV = "CLAIMBENCH_QUICK"
@@ -165,6 +167,8 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         print(f"claimbench: uncommitted changes; results are saved under {commit[:8]} but measure the working "
               f"tree:\n{dirty}", file=sys.stderr, flush=True)
     failed, stamp = [], code_stamp(root)
+    print("claimbench: timing the machine-speed probes before the suites", flush=True)
+    started, speed_before = time.time(), machinespeed.measure()
     with private, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, bufsize=1) as proc:
         try:
@@ -176,9 +180,13 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         except KeyboardInterrupt:  # Ctrl-C: stop asv too (what it saved before stays), then pass it on
             stop_tree(proc.pid)
             raise
+    print("claimbench: timing the machine-speed probes after the suites", flush=True)
+    speed = {"before": speed_before, "after": machinespeed.measure(), "unit": machinespeed.UNIT,
+             "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds")}
     environment.write_sidecar(machine_dir)
     environment.write_run_record(machine_dir, commit, mode,
-                                 inputs.recorded(root / asv_config(root, mode)["benchmark_dir"]))
+                                 inputs.recorded(root / asv_config(root, mode)["benchmark_dir"]),
+                                 {suite: speed for suite in suites_started(machine_dir, commit, started)})
     if code_stamp(root) != stamp:
         print("claimbench: the code under suites/, impl/, baselines/, datasets/ or claimbench/ changed while asv "
               f"ran; results saved for {commit[:8]} may carry the wrong parameter labels. Commit, then run again.",
@@ -188,6 +196,22 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         print(f"claimbench: {len(failed)} benchmark(s) failed and were recorded as failed:", *failed, sep="\n  ")
         return 1
     return proc.returncode
+
+
+def suites_started(machine_dir: Path, commit: str, since: float) -> list[str]:
+    """The suites with a benchmark that asv started at or after `since` (seconds since the epoch), by
+    the started_at column of asv's results files for this commit."""
+    found = set()
+    for path in machine_dir.glob(f"{commit[:8]}-*.json"):
+        try:
+            data = json.loads(path.read_text())
+            column = data["result_columns"].index("started_at")
+            rows = data["results"].items()
+        except (OSError, json.JSONDecodeError, KeyError, ValueError, AttributeError):
+            continue
+        found |= {inputs.suite_of(name) for name, row in rows
+                  if len(row) > column and row[column] and row[column] >= since * 1000}
+    return sorted(found)
 
 
 KERNELS_DIR = "kernels"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 3  # 2: runs carry mode and input digests, results their interval; 3: runs their measurement time
+SCHEMA_VERSION = 4  # 2: runs carry mode and input digests, results their interval; 3: runs their measurement
+# time; 4: runs their machine-speed probes
 ENV_DB = "CLAIMBENCH_DB"
 DEFAULT_DB = Path(".claimbench") / "claimbench.duckdb"
 
@@ -27,7 +28,7 @@ CREATE TABLE IF NOT EXISTS machines (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, machine TEXT, commit_hash TEXT, commit_date TIMESTAMP,
     env_name TEXT, python TEXT, source TEXT, source_path TEXT, content_sha TEXT,
-    ingested_at TIMESTAMP, mode TEXT, inputs JSON, measured_at TIMESTAMP);
+    ingested_at TIMESTAMP, mode TEXT, inputs JSON, measured_at TIMESTAMP, machine_speed JSON);
 CREATE TABLE IF NOT EXISTS results (
     run_id TEXT, benchmark TEXT, params TEXT, value DOUBLE, status TEXT, unit TEXT,
     direction TEXT, stats JSON, samples DOUBLE[], low DOUBLE, high DOUBLE, interval JSON);
@@ -129,9 +130,11 @@ def _migrate(con, path: Path) -> None:
             for table in ("meta", "machines", "runs", "results", "papers", "claims", "verdicts", "alerts"):
                 con.execute(f"DROP TABLE IF EXISTS {table}")
             con.execute("COMMIT")
-        elif row is not None and int(row[0]) == 2:  # when each run was measured: which of two copies is newer
+        elif row is not None and int(row[0]) in (2, 3):  # columns added since: stored runs have none to fill
             con.execute("BEGIN")
-            con.execute("ALTER TABLE runs ADD COLUMN measured_at TIMESTAMP")
+            if int(row[0]) == 2:  # when each run was measured: which of two copies is newer
+                con.execute("ALTER TABLE runs ADD COLUMN measured_at TIMESTAMP")
+            con.execute("ALTER TABLE runs ADD COLUMN machine_speed JSON")  # claimbench.machinespeed's probes
             con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
             con.execute("COMMIT")
             return

@@ -16,12 +16,15 @@ if not open_count:
     st.success("No open regressions, gate failures or verdict flips.")
 if not df.empty:
     drift = int(((df["status"] == "open") & df["detail"].str.contains(alerts.CODE_UNCHANGED, regex=False)).sum())
+    slower = int(((df["status"] == "open") & df["detail"].str.contains(alerts.MACHINE_SLOWER, regex=False)).sum())
     noise = int((df["status"] == "within noise").sum())
     st.caption(f"{open_count} open, {len(df) - open_count - noise} acknowledged (intended changes, each with its "
                f"reason in pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell "
                "apart: see their detail)" + (f"; {drift} of the open ones are steps with no change on their code "
                                              "path (the machine, its load or its libraries changed: see their detail)"
-                                             if drift else ""))
+                                             if drift else "")
+               + (f"; {slower} of the open ones are wall-clock steps over which {alerts.MACHINE_SLOWER} (its speed "
+                  "probes: see the Machines page)" if slower else ""))
     kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
     if kinds:
         df = df[df["kind"].isin(kinds)]

@@ -6,9 +6,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from claimbench import registry
+from claimbench import environment, ingest, registry
 from claimbench.app import queries
 from claimbench.report import BADGE
+from tests.app.conftest import lychee_run
+from tests.claimbench.test_comparable import probes
 from tests.claimbench.test_kernels import repo  # noqa: F401 (a fixture)
 
 APP = Path(__file__).resolve().parents[2] / "app"
@@ -159,6 +161,24 @@ def test_machines_page(use_db):
     row = df.set_index("machine").loc["gpu-box"]
     assert row["gpu"] == "NVIDIA H200" and "torch 2.13.0" in row["libraries"]
     assert row["numba_vectors"] == "full width (AVX-512)"  # which width the compiled kernels used
+
+
+def test_machines_page_charts_each_runs_speed_probes(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    for i in range(2):
+        lychee_run(results, "cpu-box", i, [1.0] * 4, 1.0)
+        environment.write_run_record(results / "cpu-box", f"{i + 1:08x}" + "0" * 32, "full", {"lychee": {}},
+                                     {"lychee": probes(1.0 + 0.3 * i, i)})
+    db = tmp_path / "s.duckdb"
+    assert ingest.ingest([results], db=db).ok
+    monkeypatch.setenv("CLAIMBENCH_DB", str(db))
+    at = run("machines")
+    assert [s.value for s in at.subheader] == ["Machine speed at each run"] and len(at.get("vega_lite_chart")) == 1
+    speed = queries.machine_speed(queries.db_version())
+    assert len(speed) == 6 and set(speed["probe"]) == {"python", "vector", "memory"}
+    slower = speed[speed["commit"] == "00000002"]["ms"].min()
+    assert slower > speed[speed["commit"] == "00000001"]["ms"].max()  # the second run's probes, 1.3x as slow
 
 
 def test_main_navigation_runs(use_db):

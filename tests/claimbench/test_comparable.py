@@ -6,10 +6,11 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, registry, store
+from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, registry, store
 from claimbench import verdicts as V
 from claimbench.datasets import text
 
@@ -19,16 +20,19 @@ PAPERS = GATED_PAPERS.replace('gate = { benchmark = "s.Claim.track_identical", m
 BENCH = "s.Claim.track_speedup"
 
 
-def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None, rounds=None):
-    """One asv results file at commit i; with mode, the run record claimbench run leaves beside it;
-    with low/high, the evidence line of the benchmark's interval; with rounds, that of a median of
-    per-round values (its interval from them)."""
+def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None, rounds=None, unit="x",
+           machine_speed=None):
+    """One asv results file at commit i; with mode, the run record claimbench run leaves beside it (with
+    machine_speed, the suite's probes in it); with low/high, the evidence line of the benchmark's
+    interval; with rounds, that of a median of per-round values (its interval from them)."""
     commit = f"{i + 1:08x}" + "0" * 32
     asvfiles.write_run(results, "box", commit, 1_700_000_000_000 + i * 86_400_000,
-                       {BENCH: (["dataset"], [["d"]], [value], "x")})
+                       {BENCH: (["dataset"], [["d"]], [value], unit)})
     machine_dir = results / "box"
     if mode is not None:
         record = {"commit": commit, "mode": mode, "inputs": {"s": suite_inputs or {"corpus": "abc"}}}
+        if machine_speed is not None:
+            record["machine_speed"] = {"s": machine_speed}
         (machine_dir / f"{commit[:8]}{environment.RECORD_SUFFIX}").write_text(json.dumps(record))
     if low is not None or rounds is not None:
         est = (intervals.median_of(rounds) if rounds is not None
@@ -208,3 +212,46 @@ def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, 
     md = A.markdown([found])
     assert ("### Within noise (1)" in md) == (status == "within noise")
     assert ("1 open alert(s)." in md) == (status == "open")
+
+
+def probes(scale, seed):
+    """A run's machine-speed record: 40 rounds of each probe before and after, about 30 ms x scale."""
+    rng = np.random.default_rng(seed)
+    def rounds():
+        return {name: list(scale * rng.uniform(0.028, 0.032, 40)) for name in ("python", "vector", "memory")}
+    return {"before": rounds(), "after": rounds(), "unit": machinespeed.UNIT, "started": f"2026-01-0{seed % 9 + 1}"}
+
+
+@pytest.mark.parametrize("unit, machine_scale, says", [
+    ("queries/s", 1.5, A.MACHINE_SLOWER),
+    ("queries/s", 1.1, "the machine slowed less than this: its"),
+    ("queries/s", 1.0, "the machine was not measurably slower"),
+    ("x", 1.5, None),  # a same-process ratio: the machine's speed cancels out
+])
+def test_a_wall_clock_step_says_whether_the_machines_probes_slowed_as_much(tmp_path, unit, machine_scale, says):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    for i in range(8):
+        run_at(results, i, 3.0, mode="full", unit=unit, machine_speed=probes(1.0, i))
+    run_at(results, 8, 2.0, mode="full", unit=unit, machine_speed=probes(machine_scale, 8))  # 1.5x the time
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = A.regressions(con, A.Thresholds())
+    assert found.status == "open"  # a slower machine does not rule out slower code
+    if says is None:
+        assert "probe" not in found.detail
+        return
+    assert says in found.detail and "this series 1.50x" in found.detail
+    assert ("1 of them are wall-clock steps" in A.markdown([found])) == (says == A.MACHINE_SLOWER)
+
+
+def test_a_step_between_runs_without_probes_says_nothing_of_the_machine(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    for i in range(8):
+        run_at(results, i, 3.0, mode="full", unit="queries/s")
+    run_at(results, 8, 2.0, mode="full", unit="queries/s", machine_speed=probes(1.5, 8))
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = A.regressions(con, A.Thresholds())
+    assert "probe" not in found.detail

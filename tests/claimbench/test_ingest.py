@@ -146,6 +146,18 @@ def test_schema_version_is_checked(tmp_path):
             pass
 
 
+def test_a_version_3_store_gains_a_machine_speed_column_and_keeps_its_runs(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with store.connect(db) as con:  # as version 3 left it
+        con.execute("INSERT INTO runs (run_id, machine) VALUES ('r', 'box')")
+        con.execute("ALTER TABLE runs DROP COLUMN machine_speed")
+        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with store.connect(db) as con:
+        assert con.execute("SELECT run_id, machine_speed FROM runs").fetchall() == [("r", None)]
+    with store.connect(db, read_only=True) as con:
+        assert con.execute("SELECT value FROM meta").fetchone()[0] == str(store.SCHEMA_VERSION)
+
+
 def test_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
         ingest.ingest([tmp_path / "nope"], db=tmp_path / "s.duckdb")
@@ -193,6 +205,7 @@ def test_a_version_2_store_gains_measurement_times_and_keeps_its_runs(asv_result
     ingest.ingest([asv_results], db=db)
     with store.connect(db) as con:  # as version 2 left it
         con.execute("ALTER TABLE runs DROP COLUMN measured_at")
+        con.execute("ALTER TABLE runs DROP COLUMN machine_speed")
         con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     with store.connect(db, read_only=False) as con:
         assert con.execute("SELECT count(*), count(measured_at) FROM runs").fetchone() == (1, 0)
