@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import intervals
+from .measure import interleaved
 
 ROUNDS = 40
 SLOWER_P = 0.05  # a probe counts as slower when the rank-sum test over both runs' rounds gives p below this
@@ -50,15 +51,7 @@ def measure(rounds: int = ROUNDS) -> dict[str, list[float]]:
     probes = {"python": _python,
               "vector": lambda: [np.exp(values, out=exps) for _ in range(_VECTOR_REPEATS)],
               "memory": lambda: [np.copyto(target, source) for _ in range(_MEMORY_REPEATS)]}
-    for probe in probes.values():  # warm-up: page faults, first-call costs
-        probe()
-    seconds = {name: [] for name in probes}
-    for _ in range(rounds):
-        for name, probe in probes.items():
-            start = time.thread_time()
-            probe()
-            seconds[name].append(time.thread_time() - start)
-    return seconds
+    return interleaved(probes, rounds, warmup=1, clock=time.thread_time)  # the warm-up call: page faults
 
 
 def pooled(record: dict | None) -> dict[str, list[float]]:
