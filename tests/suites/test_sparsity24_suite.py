@@ -1,16 +1,12 @@
 """The 2:4-vs-quantization suite end to end on a small random-weight Llama with SmolLM2's real tokenizer
 (so the pinned corpus and the tasks tokenize as in the suite), every knob shrunk: each track either
 returns a number or says why it has none."""
-import itertools
-import math
-
 import pytest
 from asv_runner.benchmarks._base import get_setup_cache_key
-from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench.suites import sparsity24 as suite
 
-from . import smollm_stub
+from . import smollm_stub, tracks
 
 pytestmark = smollm_stub.NEEDS_TOKENIZER
 
@@ -41,18 +37,8 @@ def test_the_classes_share_one_setup_cache():
 
 def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
     monkeypatch.setattr(suite, "GRID", GRID)
-    measured = {}
-    for cls, grid in ((suite.Formats, (suite.BITS_PER_WEIGHT, list(GRID))), (suite.EqualBits, (list(suite.PRUNERS),)),
-                      (suite.CpuMatmul, suite.CpuMatmul.params)):
-        for name in (n for n in dir(cls) if n.startswith("track_")):
-            for params in itertools.product(*grid):
-                try:
-                    value = getattr(cls(), name)(result, *params)
-                except SkipNotImplemented as e:
-                    assert str(e), name
-                    continue
-                assert isinstance(value, (int, float)) and not math.isnan(value), (name, params)
-                measured[name, *params] = value
+    measured = tracks.measured(result, {suite.Formats: (suite.BITS_PER_WEIGHT, list(GRID)),
+                                        suite.EqualBits: (list(suite.PRUNERS),), suite.CpuMatmul: suite.CpuMatmul.params})
     assert measured["track_bits_per_weight", "5.25", "rtn"] == 5.25
     assert measured["track_bits_per_weight", "5.25", "wanda-2:4"] == 5.25
     assert measured["track_bits_per_weight", "9", "wanda-2:4"] == 9

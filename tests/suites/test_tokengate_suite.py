@@ -13,7 +13,7 @@ from claimbench.baselines import token_pruning
 from claimbench.baselines.token_pruning import SnapKV
 from claimbench.suites import tokengate as suite
 
-from . import smollm_stub
+from . import smollm_stub, tracks
 
 pytestmark = smollm_stub.NEEDS_TOKENIZER
 
@@ -51,16 +51,7 @@ def _scaled(method):
 
 
 def test_every_track_returns_a_number_or_says_why_not(result):
-    measured = {}
-    for name in (n for n in dir(suite.Prefill) if n.startswith("track_")):
-        for context, method, keep in itertools.product(suite.CONTEXTS, suite.METHODS, suite.KEEPS):
-            try:
-                value = getattr(suite.Prefill(), name)(result, context, method, keep)
-            except SkipNotImplemented as e:
-                assert str(e)
-                continue
-            assert isinstance(value, float) and math.isfinite(value), (name, context, method, keep, value)
-            measured[name, context, method, keep] = value
+    measured = tracks.measured(result, {suite.Prefill: (suite.CONTEXTS, suite.METHODS, suite.KEEPS)})
     claim = suite.CLAIM_CONTEXT
     assert measured["track_ttft_speedup", claim, "full", suite.KEEPS[0]] == pytest.approx(1.0, abs=0.5)
     assert ("track_ttft_speedup", claim, "snapkv", suite.KEEPS[0]) not in measured  # never timed
