@@ -1,6 +1,7 @@
-"""An S3 API server on 127.0.0.1 (moto's standalone server, a real HTTP server speaking the S3 API), for
-trying `claimbench publish` / `ingest s3://...` without a bucket and for the tests and suites that
-need object storage. It stops when the `with` block ends.
+"""Child processes serving on 127.0.0.1: a free port, waiting until one answers, stopping it. And an S3
+API server (moto's standalone server, a real HTTP server speaking the S3 API), for trying
+`claimbench publish` / `ingest s3://...` without a bucket and for the tests and suites that need
+object storage; it stops when the `with` block ends.
 """
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from contextlib import contextmanager
 
@@ -23,6 +23,33 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return probe.getsockname()[1]
+
+
+def wait_until_up(process: subprocess.Popen, url: str, what: str, timeout_s: float) -> None:
+    """Return once `url` answers; raise naming `what` if the process exits first or `timeout_s` passes
+    (with its output, when it exited and its stdout is a text pipe)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            exited = process.poll() is not None
+            if exited or time.monotonic() > deadline:
+                said = process.stdout.read() if exited and process.stdout else ""
+                said = said.decode(errors="replace") if isinstance(said, bytes) else said
+                raise RuntimeError(f"{what} did not start" + (f":\n{said}" if said else "")) from None
+            time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Terminate a child process, killing it if it has not exited within `grace_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @contextmanager
@@ -39,23 +66,10 @@ def s3_server(check_credentials: bool = False, start_timeout_s: float = 30.0):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://{HOST}:{port}"
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            try:
-                urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the S3 API server on {url} did not start") from None
-                time.sleep(0.1)
+        wait_until_up(server, url + "/moto-api/", f"the S3 API server on {url}", start_timeout_s)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
 
 
 def make_bucket(endpoint_url: str, bucket: str) -> None:

@@ -30,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from . import localservices
+
 HOST = "127.0.0.1"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade"}
@@ -139,12 +141,7 @@ def shaped(upstream: str, model: NetworkModel = NetworkModel()):
             raise RuntimeError(f"the network-model proxy to {upstream} did not start (it said {line!r})")
         yield line
     finally:
-        proxy.terminate()
-        try:
-            proxy.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proxy.kill()
-            proxy.wait()
+        localservices.stop(proxy)
 
 
 def main(argv=None) -> int:

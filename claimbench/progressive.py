@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import alerts, asvfiles, ingest, metrics, report, runner, store
+from . import alerts, asvfiles, ingest, localservices, metrics, report, runner, store
 from . import verdicts as V
 from .registry import REPO_ROOT, Registry
 
@@ -190,8 +190,4 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
         return 130
     finally:
         progress_path(db).unlink(missing_ok=True)
-        app.terminate()
-        try:
-            app.wait(10)
-        except subprocess.TimeoutExpired:
-            app.kill()
+        localservices.stop(app)

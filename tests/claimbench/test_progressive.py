@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from claimbench import appserver, asvfiles, progressive, registry, store
+from claimbench import asvfiles, localservices, progressive, registry, store
 
 SLOW_SUITE = '''
 import time
@@ -121,7 +121,7 @@ def rows(db, benchmark: str) -> int:
 
 
 def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(tiny_repo, tmp_path):
-    db, port = tmp_path / "s.duckdb", appserver.free_port()
+    db, port = tmp_path / "s.duckdb", localservices.free_port()
     url, done, messages = f"http://127.0.0.1:{port}", [], []
     reg = registry.load(tiny_repo / "papers.toml")
     run = threading.Thread(target=lambda: done.append(progressive.serve_and_run(
@@ -150,7 +150,7 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
 
 def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo, tmp_path):
     tiny_repo = stuck_repo
-    db, port = tmp_path / "s.duckdb", appserver.free_port()
+    db, port = tmp_path / "s.duckdb", localservices.free_port()
     shipped = tiny_repo / "reports" / "results"  # reference results: ingested before the suites run
     asvfiles.write_run(shipped, "ref-box", "a" * 40, 1_700_000_000_000, {"slow.Slow.track_value": ([], [], [2.0], "x")})
     script = textwrap.dedent(f"""
