@@ -1,13 +1,19 @@
 """Write asv result files (asv's results format, version 2) without asv: for results computed
 outside `asv run` (the device run on a lent GPU machine, whose image has no asv) and for tests of
 ingest and alerts. Ingest reads them with asv's own reader, so every test that writes one checks
-the format too.
+the format too. And copy a machine's runs from one results folder into another (`claimbench
+publish reports/results`), merging a run at a commit the destination already holds as asv merges a
+second run at one commit into its file.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import re
+import shutil
 from pathlib import Path
+
+from . import environment, evidence
 
 API_VERSION = 2
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25",
@@ -41,3 +47,83 @@ def write_run(results_dir: Path, machine: str, commit: str, date_ms: int,
     (machine_dir / "machine.json").write_text(json.dumps(info))
     meta_path.write_text(json.dumps(meta))
     return path
+
+
+RUN_FILE = re.compile(r"^([0-9a-f]{8})[-.]")  # <commit8>-<env>.json, <commit8>.claimbench.json, ...
+SHARED_FILES = ("machine.json", environment.SIDECAR)
+
+
+def run_files(machine_dir: Path) -> dict[str, list[Path]]:
+    """commit8 -> the files of that commit's run in one machine's results folder."""
+    runs: dict[str, list[Path]] = {}
+    for path in sorted(machine_dir.iterdir()):
+        found = RUN_FILE.match(path.name)
+        if found and path.is_file():
+            runs.setdefault(found.group(1), []).append(path)
+    return runs
+
+
+def _asv_result(path: Path) -> dict | None:
+    """The file's JSON if it is an asv result file (not a run record, evidence or the kernels' file)."""
+    if path.suffix != ".json" or path.name.endswith(environment.RECORD_SUFFIX):
+        return None
+    data = json.loads(path.read_text())
+    return data if "result_columns" in data else None
+
+
+def _merge_into(source: Path, target: Path) -> None:
+    """One run file into the target's of the same name, as a second run at one commit adds to it."""
+    if source.name.endswith(environment.RECORD_SUFFIX):  # each suite's inputs and probes, the source's winning
+        new, old = json.loads(source.read_text()), json.loads(target.read_text())
+        merged = {**old, **new, "inputs": {**old.get("inputs", {}), **new.get("inputs", {})}}
+        if speed := {**old.get("machine_speed", {}), **new.get("machine_speed", {})}:
+            merged["machine_speed"] = speed
+        target.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    elif source.name.endswith(evidence.SUFFIX):  # the last record per benchmark wins, as ingest reads it
+        merged = {**evidence.read(target), **evidence.read(source)}
+        target.write_text("".join(json.dumps(record) + "\n" for record in merged.values()))
+    elif (new := _asv_result(source)) and (old := _asv_result(target)):  # the source's benchmarks replace or join
+        if new["result_columns"] != old["result_columns"]:
+            raise ValueError(f"{source} and {target}: different asv result columns, not merged")
+        old["results"].update(new["results"])
+        old["durations"] = {**old.get("durations", {}), **new.get("durations", {})}
+        old["date"] = max(old["date"], new["date"])
+        target.write_text(json.dumps(old, separators=(",", ":")))
+    else:  # the kernels' file: one per run
+        shutil.copyfile(source, target)
+
+
+def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, commit: str | None = None) -> list[str]:
+    """Copy the runs under an asv results folder (or one machine's, one commit's) into another; returns
+    them as `<machine>/<commit8>`. Each run's files (asv's result file, run record, evidence, kernels)
+    are merged into the target's where it holds that commit already; the machine's `machine.json` and
+    environment record are copied; `benchmarks.json` takes the source's entries for the benchmarks
+    the copied results hold."""
+    copied, benchmarks = [], set()
+    machine_dirs = sorted(p for p in source_root.iterdir() if p.is_dir()) if source_root.is_dir() else []
+    for machine_dir in (d for d in machine_dirs if not machine or d.name == machine):
+        runs = {c: files for c, files in run_files(machine_dir).items() if not commit or commit.startswith(c)}
+        if not runs:
+            continue
+        target_dir = target_root / machine_dir.name
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for commit8, files in runs.items():
+            for path in files:
+                if (target_dir / path.name).exists():
+                    _merge_into(path, target_dir / path.name)
+                else:
+                    shutil.copyfile(path, target_dir / path.name)
+                benchmarks.update((_asv_result(path) or {}).get("results", {}))
+            copied.append(f"{machine_dir.name}/{commit8}")
+        for name in SHARED_FILES:
+            if (machine_dir / name).exists():
+                shutil.copyfile(machine_dir / name, target_dir / name)
+    if not copied:
+        wanted = " for " + " at ".join(x for x in (machine, commit and commit[:8]) if x) if machine or commit else ""
+        raise FileNotFoundError(f"no results to copy{wanted} under {source_root}")
+    source_meta = json.loads((source_root / "benchmarks.json").read_text())
+    meta_path = target_root / "benchmarks.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"version": source_meta.get("version", 2)}
+    meta.update({name: source_meta[name] for name in sorted(benchmarks) if name in source_meta})
+    meta_path.write_text(json.dumps(meta, separators=(",", ":")))
+    return copied

@@ -41,10 +41,16 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_publish(args) -> int:
-    from . import objectstore
-    roots = {mode: runner.results_dir(mode=mode) for mode in runner.CONFIGS}
+    from . import asvfiles, objectstore
+    mode = "quick" if args.quick else "full"
+    if not objectstore.is_url(args.url):  # a results folder: this checkout's full runs unless --quick
+        source = Path(args.results) if args.results else runner.results_dir(mode=mode)
+        copied = asvfiles.copy_runs(source, Path(args.url), machine=args.machine, commit=args.commit)
+        print(f"copied {len(copied)} run(s) into {args.url}" + "".join(f"\n  {run}" for run in copied))
+        return 0
+    roots = {m: runner.results_dir(mode=m) for m in runner.CONFIGS}
     if args.results:
-        roots = {"quick" if args.quick else "full": Path(args.results)}
+        roots = {mode: Path(args.results)}
     print(objectstore.publish(args.url, roots, machine=args.machine, commit=args.commit,
                               endpoint_url=args.endpoint_url).summary())
     return 0
@@ -183,12 +189,16 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("publish", help="upload this machine's result files to s3://BUCKET/PREFIX (per machine and "
-                                       "commit), for claimbench ingest s3://... elsewhere")
-    p.add_argument("url", help="s3://BUCKET/PREFIX")
+                                       "commit), for claimbench ingest s3://... elsewhere; or copy them into a "
+                                       "results folder (reports/results: the reference results)")
+    p.add_argument("url", help="s3://BUCKET/PREFIX, or a folder of asv results (runs at a commit it holds already "
+                               "are merged into its files)")
     p.add_argument("--machine", help="only this machine's results (default: every machine under the results)")
     p.add_argument("--commit", help="only this commit's (a prefix of its hash)")
-    p.add_argument("--results", help="an asv results folder (default: this checkout's full and quick ones)")
-    p.add_argument("--quick", action="store_true", help="with --results: the folder holds quick-mode results")
+    p.add_argument("--results", help="an asv results folder (default: this checkout's; both modes to s3://, the "
+                                     "full-mode one to a folder)")
+    p.add_argument("--quick", action="store_true", help="the results are quick-mode ones (with --results, or to a "
+                                                        "folder: this checkout's quick-mode results)")
     _add_endpoint(p)
     p.set_defaults(func=cmd_publish)
 

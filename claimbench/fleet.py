@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import ingest as ingest_module
-from . import objectstore, runner
+from . import asvfiles, objectstore, runner
 from .registry import REPO_ROOT
 
 RECORD_DIR = Path(".claimbench") / "fleet"
@@ -91,12 +91,12 @@ def run_on_node(machine: str, commit: str, papers: list[str], bench: list[str], 
     rc = runner.run(reg, papers, quick=quick, machine=machine, bench=bench, root=root)
     mode = "quick" if quick else "full"
     results = runner.results_dir(root, mode)
-    mine = objectstore.run_files(results / machine).get(commit[:8], []) if (results / machine).is_dir() else []
+    mine = asvfiles.run_files(results / machine).get(commit[:8], []) if (results / machine).is_dir() else []
     if not any(p.suffix == ".json" and not p.name.endswith(".claimbench.json") for p in mine):
         raise FleetError(f"{socket.gethostname()}: asv saved no results for {machine} (exit code {rc})")
     files = {f"{machine}/{p.name}": p.read_bytes() for p in mine}
     files.update({f"{machine}/{name}": (results / machine / name).read_bytes()
-                  for name in objectstore.SHARED_FILES if (results / machine / name).exists()})
+                  for name in asvfiles.SHARED_FILES if (results / machine / name).exists()})
     if (results / "benchmarks.json").exists():
         files["benchmarks.json"] = (results / "benchmarks.json").read_bytes()
     if bucket:

@@ -14,14 +14,13 @@ server: MinIO, Ceph, moto's).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import environment, evidence
+from . import evidence
+from .asvfiles import SHARED_FILES, run_files
 
 SCHEME = "s3://"
-COMMIT_FILE = re.compile(r"^([0-9a-f]{8})[-.]")
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
@@ -84,19 +83,6 @@ class PublishReport:
     def summary(self) -> str:
         listed = "".join(f"\n  {r}" for r in self.runs)
         return f"published {len(self.runs)} run(s), {self.files} file(s) to {self.url}{listed}"
-
-
-def run_files(machine_dir: Path) -> dict[str, list[Path]]:
-    """commit8 -> the files of that commit's run in one machine's results folder."""
-    runs: dict[str, list[Path]] = {}
-    for path in sorted(machine_dir.iterdir()):
-        found = COMMIT_FILE.match(path.name)
-        if found and path.is_file():
-            runs.setdefault(found.group(1), []).append(path)
-    return runs
-
-
-SHARED_FILES = ("machine.json", environment.SIDECAR)
 
 
 def publish(url: str, results_roots: dict[str, Path], machine: str | None = None, commit: str | None = None,
