@@ -72,25 +72,29 @@ def _asv_result(path: Path) -> dict | None:
 
 
 def _merge_into(source: Path, target: Path) -> None:
-    """One run file into the target's of the same name, as a second run at one commit adds to it."""
+    """One run file into the target's of the same name, as a second run at one commit adds to it (written
+    in the format of the file's writer, and not at all when nothing changes, so the same run copied
+    twice leaves the target's bytes as they were)."""
     if source.name.endswith(environment.RECORD_SUFFIX):  # each suite's inputs and probes, the source's winning
         new, old = json.loads(source.read_text()), json.loads(target.read_text())
         merged = {**old, **new, "inputs": {**old.get("inputs", {}), **new.get("inputs", {})}}
         if speed := {**old.get("machine_speed", {}), **new.get("machine_speed", {})}:
             merged["machine_speed"] = speed
-        target.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+        text = json.dumps(merged, indent=2, sort_keys=True) + "\n"
     elif source.name.endswith(evidence.SUFFIX):  # the last record per benchmark wins, as ingest reads it
         merged = {**evidence.read(target), **evidence.read(source)}
-        target.write_text("".join(json.dumps(record) + "\n" for record in merged.values()))
+        text = "".join(json.dumps(record) + "\n" for record in merged.values())
     elif (new := _asv_result(source)) and (old := _asv_result(target)):  # the source's benchmarks replace or join
         if new["result_columns"] != old["result_columns"]:
             raise ValueError(f"{source} and {target}: different asv result columns, not merged")
         old["results"].update(new["results"])
         old["durations"] = {**old.get("durations", {}), **new.get("durations", {})}
         old["date"] = max(old["date"], new["date"])
-        target.write_text(json.dumps(old, separators=(",", ":")))
+        text = json.dumps(old)  # asv's own compact form
     else:  # the kernels' file: one per run
-        shutil.copyfile(source, target)
+        text = source.read_text()
+    if text != target.read_text():
+        target.write_text(text)
 
 
 def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, commit: str | None = None) -> list[str]:

@@ -50,7 +50,9 @@ def test_a_second_run_at_one_commit_joins_the_first_and_a_rerun_replaces_its_own
 
     rerun = _run(tmp_path / "rerun", "suite_a.A.track_x", 12.0, {"suite_a": {"corpus": "1"}}, {"suite_a": {"n": 3}})
     asvfiles.copy_runs(rerun, target)
-    asvfiles.copy_runs(rerun, target)  # the same run twice adds nothing
+    written = {path: path.read_bytes() for path in target.rglob("*") if path.is_file()}
+    asvfiles.copy_runs(rerun, target)  # the same run twice leaves every byte as it was
+    assert {path: path.read_bytes() for path in target.rglob("*") if path.is_file()} == written
     assert _rows(target, tmp_path / "rerun.duckdb")[1] == ("suite_a.A.track_x", 12.0, 11.0, 13.0)
     assert len((target / "box" / f"{COMMIT[:8]}{evidence.SUFFIX}").read_text().splitlines()) == 2
 
