@@ -37,8 +37,14 @@ def empty_notice(has_results: bool) -> None:
         st.info(HOW_TO_RUN.format(db=store.db_path()), icon="ℹ️")
 
 
-# The verdict shown as its badge (a pandas Styler would cost the first paint a second here).
-BADGE_COLUMN = {"badge": st.column_config.TextColumn("verdict")}
+# Claim tables: the verdict and the measured value right after what identifies the row (paper and
+# claim, pinned while the wider columns scroll), the claim's wording after them; the verdict as its
+# badge (a pandas Styler would cost the first paint a second here).
+CLAIM_ORDER = ["paper", "claim", "machine", "badge", "interval", "claimed", "gate", "mode", "inputs"]
+CLAIM_COLUMNS = {"paper": st.column_config.TextColumn(pinned=True), "claim": st.column_config.TextColumn(pinned=True),
+                 "badge": st.column_config.TextColumn("verdict"),
+                 "interval": st.column_config.TextColumn("measured [95% interval]"),
+                 "why": st.column_config.TextColumn(width="large")}
 
 
 def board_chart(df, spec):

@@ -29,11 +29,8 @@ side_by_side = st.toggle("Machines side by side", help="one row per claim, one c
 if side_by_side:
     st.dataframe(queries.by_machine(shown), hide_index=True, width="stretch")
 else:
-    table = shown[["paper", "tier", "claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs",
-                   "why", "conditions", "substitution", "commit"]]
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={"interval": st.column_config.TextColumn("measured [95% interval]"),
-                                "why": st.column_config.TextColumn(width="large"), **views.BADGE_COLUMN})
+    table = shown[[*views.CLAIM_ORDER, "tier", "why", "conditions", "substitution", "commit"]]
+    st.dataframe(table, hide_index=True, width="stretch", column_config=views.CLAIM_COLUMNS)
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(
     x=alt.X("claims:Q", title="claims x machines"),

@@ -24,9 +24,8 @@ views.empty_notice(queries.has_results(version))
 
 claims = all_claims[all_claims["paper"] == paper_id]
 st.subheader("Claims")
-st.dataframe(claims[["claim", "claimed", "interval", "machine", "badge", "gate", "mode", "inputs", "why",
-                     "substitution"]], hide_index=True, width="stretch",
-             column_config={"interval": st.column_config.TextColumn("measured [95% interval]"), **views.BADGE_COLUMN})
+st.dataframe(claims[[*views.CLAIM_ORDER[1:], "why", "substitution"]], hide_index=True, width="stretch",
+             column_config=views.CLAIM_COLUMNS)
 for claim_id, across in claims.drop_duplicates("claim")[["claim", "across"]].itertuples(index=False):
     if across:
         st.caption(f"**{claim_id}** across machines: {across}")
