@@ -243,8 +243,8 @@ def alerts(version) -> pd.DataFrame:
     def query(con):
         if con is None:
             return []
-        latest = V.compute(con, R.load(), store_history=False)
-        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(con, latest)
+        latest, history = V.compute_with_history(con, R.load(), store_history=False)
+        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(latest, history)
                              + A.budget_alerts(con), A.acknowledgements())
     found = _read(query)
     df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,

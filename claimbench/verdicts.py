@@ -323,6 +323,12 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
 
 def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict]:
     """Latest verdict per (claim, machine); with store_history, every commit's verdict is upserted."""
+    return compute_with_history(con, registry, store_history)[0]
+
+
+def compute_with_history(con, registry: Registry, store_history: bool = True) -> tuple[list[Verdict], list[Verdict]]:
+    """(the latest verdict per (claim, machine), every commit's verdict), the latter upserted into the
+    store's verdicts table with store_history."""
     known = machines(con) if con is not None else {}
     current = current_inputs()
     latest: list[Verdict] = []
@@ -351,7 +357,7 @@ def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict
                               if v.mode in MODE_PREFERENCE else len(MODE_PREFERENCE)))
     if store_history and history and not _read_only(con):
         _store(con, history)
-    return latest
+    return latest, history
 
 
 def _read_only(con) -> bool:
@@ -387,17 +393,17 @@ def sync_registry(con, registry: Registry) -> None:
     con.execute("COMMIT")
 
 
-def flips(con) -> list[dict]:
+def flips(history: list[Verdict]) -> list[dict]:
     """Claims reproduced at an earlier commit on a machine and not at its latest commit, within one
-    mode and one set of inputs (a quick run or other inputs never flip a full run's verdict)."""
-    rows = con.execute(
-        """SELECT claim_key, machine, mode, inputs, commit_hash, commit_date, verdict FROM verdicts
-           ORDER BY claim_key, machine, commit_date NULLS FIRST, computed_at""").fetchall()
-    history: dict[tuple, list] = {}
-    for claim_key, machine, mode, fingerprint, commit, date, verdict in rows:
-        history.setdefault((claim_key, machine, mode, fingerprint), []).append((commit, date, verdict))
+    mode and one set of inputs (a quick run or other inputs never flip a full run's verdict), from
+    every commit's verdict (compute_with_history: the results as they are now, so the leaderboard,
+    which stores nothing, and the CLI find the same flips)."""
+    series: dict[tuple, list] = {}
+    for v in sorted(history, key=lambda v: (v.commit_date is not None, v.commit_date or 0)):
+        series.setdefault((v.claim.key, v.machine, v.mode, v.inputs), []).append(
+            (v.commit_hash, v.commit_date, v.verdict))
     out = []
-    for (claim_key, machine, mode, fingerprint), seq in history.items():
+    for (claim_key, machine, mode, fingerprint), seq in series.items():
         commit, date, verdict = seq[-1]
         last_good = [c for c, _, v in seq[:-1] if v == REPRODUCED]
         if verdict != REPRODUCED and last_good:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, cli, ingest, registry, store
+from claimbench import asvfiles, cli, ingest, registry, store, verdicts
 from claimbench.datasets import alert_histories
 
 
@@ -96,6 +96,20 @@ def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
     with store.connect(db, read_only=True) as con:
         stored = con.execute("SELECT kind, count(*) FROM alerts GROUP BY kind").fetchall()
     assert dict(stored)["regression"] >= 1
+
+
+def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_reads_them(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 11)
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db, read_only=True) as con:  # no verdict stored yet: nothing ran `claims` or `alerts`
+        assert con.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 0
+        latest, history = verdicts.compute_with_history(con, registry.load(papers), store_history=False)
+    flips = [a for a in A.gate_and_flip_alerts(latest, history) if a.kind == "flip"]
+    assert [a.benchmark for a in flips] == ["p/speed"] and "reproduced at" in flips[0].detail
 
 
 def test_cli_alerts_quiet_on_flat_history(tmp_path, capsys):
