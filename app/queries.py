@@ -286,7 +286,8 @@ def machines(version) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def machine_speed(version) -> pd.DataFrame:
     """The machine-speed probes of every run that timed them (claimbench.machinespeed), one row per
-    run and probe: median milliseconds of CPU per round over the run's two ends, with its interval."""
+    run, end (before or after its suites) and probe: median milliseconds of CPU per round, with its
+    interval (a VM that changed state during a run shows as two ends apart)."""
     def query(con):
         if con is None:
             return []
@@ -298,9 +299,9 @@ def machine_speed(version) -> pd.DataFrame:
             run = runs.setdefault((machine, record.get("started"), commit, mode), {"record": record, "suites": []})
             run["suites"].append(suite)
     rows = [dict(machine=machine, started=pd.to_datetime(started), commit=commit[:8], mode=mode,
-                 suites=", ".join(sorted(run["suites"])), probe=probe, ms=1000 * e.value, low_ms=1000 * e.low,
-                 high_ms=1000 * e.high)
-            for (machine, started, commit, mode), run in runs.items()
-            for probe, e in machinespeed.summary(run["record"]).items()]
-    return pd.DataFrame(rows, columns=["machine", "started", "commit", "mode", "suites", "probe", "ms", "low_ms",
-                                       "high_ms"])
+                 suites=", ".join(sorted(run["suites"])), end=end, probe=probe, ms=1000 * e.value,
+                 low_ms=1000 * e.low, high_ms=1000 * e.high)
+            for (machine, started, commit, mode), run in runs.items() for end in ("before", "after")
+            for probe, e in machinespeed.summary(run["record"], end).items()]
+    return pd.DataFrame(rows, columns=["machine", "started", "commit", "mode", "suites", "end", "probe", "ms",
+                                       "low_ms", "high_ms"])

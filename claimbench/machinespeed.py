@@ -61,10 +61,12 @@ def pooled(record: dict | None) -> dict[str, list[float]]:
     return {name: list(before.get(name, [])) + list(after.get(name, [])) for name in {*before, *after}}
 
 
-def summary(record: dict | None) -> dict[str, intervals.Estimate]:
-    """Each probe's median seconds per round over a run's two ends, with its order-statistic interval."""
-    return {name: intervals.median_of(rounds, method="order statistics of probe rounds")
-            for name, rounds in sorted(pooled(record).items()) if rounds}
+def summary(record: dict | None, end: str | None = None) -> dict[str, intervals.Estimate]:
+    """Each probe's median seconds per round, with its order-statistic interval: at one end of a run
+    ("before" or "after" its suites) or over both (None)."""
+    rounds = pooled(record) if end is None else (record or {}).get(end) or {}
+    return {name: intervals.median_of(values, method="order statistics of probe rounds")
+            for name, values in sorted(rounds.items()) if values}
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,8 @@ def test_machines_page_charts_each_runs_speed_probes(tmp_path, monkeypatch):
     at = run("machines")
     assert [s.value for s in at.subheader] == ["Machine speed at each run"] and len(at.get("vega_lite_chart")) == 1
     speed = queries.machine_speed(queries.db_version())
-    assert len(speed) == 6 and set(speed["probe"]) == {"python", "vector", "memory"}
+    assert len(speed) == 12 and set(speed["probe"]) == {"python", "vector", "memory"}  # 2 runs x 2 ends x 3
+    assert set(speed["end"]) == {"before", "after"}
     slower = speed[speed["commit"] == "00000002"]["ms"].min()
     assert slower > speed[speed["commit"] == "00000001"]["ms"].max()  # the second run's probes, 1.3x as slow
 
