@@ -25,10 +25,18 @@ if not df.empty:
                                              if drift else "")
                + (f"; {slower} of the open ones are wall-clock steps over which {alerts.MACHINE_SLOWER} (its speed "
                   "probes: see the Machines page)" if slower else ""))
-    kinds = st.multiselect("Kind", sorted(df["kind"].unique()))
-    if kinds:
-        df = df[df["kind"].isin(kinds)]
+    kind_column, status_column = st.columns(2)
+    kinds = kind_column.multiselect("Kind", sorted(df["kind"].unique()))
+    statuses = status_column.multiselect("Status", sorted(df["status"].unique(), key=lambda s: s != "open"))
+    for column, chosen in (("kind", kinds), ("status", statuses)):
+        if chosen:
+            df = df[df[column].isin(chosen)]
     df = df.assign(series=[f"paper?series={urllib.parse.quote(b)}" for b in df["benchmark"]])
+    # what moved, where and by how much first (the benchmark pinned), then why
+    df = df[["benchmark", "machine", "change", "kind", "status", "params", "commit", "detail", "series", "before",
+             "after", "commit_date"]]
     st.dataframe(df, hide_index=True, width="stretch",
-                 column_config={"series": st.column_config.LinkColumn("series", display_text="open series"),
-                                "change": st.column_config.NumberColumn(format="percent")})
+                 column_config={"benchmark": st.column_config.TextColumn(pinned=True),
+                                "series": st.column_config.LinkColumn("series", display_text="open series"),
+                                "change": st.column_config.NumberColumn(format="percent"),
+                                "detail": st.column_config.TextColumn(width="large")})

@@ -154,6 +154,16 @@ def test_alerts_page_lists_the_regression_and_gate(use_db):
     assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
     assert df["series"].str.startswith("paper?series=").all()
     assert set(df["status"]) <= {"open", "acknowledged"} and "open" in set(df["status"])
+    assert list(df.columns[:3]) == ["benchmark", "machine", "change"]  # what moved, where, by how much
+
+
+def test_alerts_page_filters_by_kind_and_status(use_db):
+    at = run("alerts")
+    assert at.multiselect[1].options[0] == "open"  # open first
+    at.multiselect[0].set_value(["gate"]).run()
+    at.multiselect[1].set_value(["open"]).run()
+    df = frames(at)[0]
+    assert set(df["kind"]) == {"gate"} and set(df["status"]) == {"open"}
 
 
 def test_machines_page(use_db):
