@@ -47,12 +47,19 @@ CLAIM_COLUMNS = {"paper": st.column_config.TextColumn(pinned=True), "claim": st.
                  "why": st.column_config.TextColumn(width="large")}
 
 
+# Categories in distinct hues (Streamlit's own palette starts with two blues: Lychee and faiss, or two
+# probes, looked alike).
+CATEGORIES = alt.Scale(scheme="tableau10")
+
+
 def board_chart(df, spec):
     """A task board as bars: one row of bars per group, one column per machine (a quick run's marked
     ' · quick'), coloured by gate; a log axis where the spec asks (values spanning decades)."""
     scale = alt.Scale(type="log") if spec.log else alt.Scale()
     return alt.Chart(df).mark_bar().encode(
-        x=alt.X("value:Q", title=spec.unit + (" (log scale)" if spec.log else ""), scale=scale),
+        # unstacked: a stacked bar starts at zero, which a log scale's domain cannot hold (no bar is drawn)
+        x=alt.X("value:Q", title=spec.unit + (" (log scale)" if spec.log else ""), scale=scale,
+                stack=None if spec.log else "zero"),
         y=alt.Y("method:N", title=None),
         color=alt.Color("gate:N", scale=alt.Scale(domain=["passed", "none", "failed"],
                                                   range=["#1a7f37", "#57606a", "#cf222e"])),

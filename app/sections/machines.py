@@ -24,7 +24,7 @@ if not speed.empty:
         base = alt.Chart(runs).encode(
             x=alt.X("run:O", sort=order, title="run (started, UTC; commit)",
                     axis=alt.Axis(labelAngle=0, labelLimit=240)),
-            xOffset=alt.XOffset("end:N", sort=["before", "after"]), color="probe:N",
+            xOffset=alt.XOffset("end:N", sort=["before", "after"]), color=alt.Color("probe:N", scale=views.CATEGORIES),
             tooltip=["commit", "mode", "suites", "end", "probe", alt.Tooltip("ms:Q", format=".1f")])
         y = alt.Y("ms:Q", title="CPU ms per round", scale=alt.Scale(zero=False))
         chart = base.mark_point(filled=True, size=60).encode(

@@ -46,7 +46,7 @@ if not kernels.empty:
                                 for c in ("value", "low", "high")})
     st.altair_chart(alt.Chart(kernels).mark_line(point=True).encode(
         x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title="ms per call", scale=alt.Scale(type="log")),
-        color=alt.Color("kernel:N"), strokeDash="machine:N",
+        color=alt.Color("kernel:N", scale=views.CATEGORIES), strokeDash="machine:N",
         tooltip=["kernel", "machine", "commit", "value", "low", "high"]).properties(height=260), width="stretch")
 
 specs = registry.load()
@@ -62,13 +62,14 @@ if spec:
         base = alt.Chart(points).encode(
             x=alt.X("quality:Q", title=spec.quality_label, scale=alt.Scale(zero=False)),
             y=alt.Y("speed:Q", title=spec.speed_label, scale=alt.Scale(type="log")),
-            color=alt.Color("method:N"), detail="machine:N",
+            color=alt.Color("method:N", scale=views.CATEGORIES), detail="machine:N",
             tooltip=["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"])
-        chart = (base.mark_line(opacity=0.4) + base.mark_rule().encode(y="speed_low:Q", y2="speed_high:Q")
-                 + base.mark_point(filled=True).encode(
+        layers = base.mark_line(opacity=0.4) + base.mark_point(filled=True).encode(
             shape=alt.condition("datum.gate == 'failed'", alt.value("cross"), alt.value("circle")),
-            size=alt.condition("datum.pareto", alt.value(120), alt.value(40)),
-        )).properties(width=320, height=240).facet(facet=alt.Facet("group:N", title=None), columns=3)
+            size=alt.condition("datum.pareto", alt.value(120), alt.value(40)))
+        if points["speed_low"].notna().any():  # a layer of no bars leaves vega an empty extent (its warnings)
+            layers += base.mark_rule().encode(y="speed_low:Q", y2="speed_high:Q")
+        chart = layers.properties(width=240, height=220).facet(facet=alt.Facet("group:N", title=None), columns=3)
         st.altair_chart(chart)
 
 sweep = specs.paper(paper_id).sweep
@@ -108,9 +109,12 @@ if not history.empty:
     history = history.assign(series=history["machine"] + " · " + history["mode"].fillna("unrecorded"))
     chart = alt.Chart(history).encode(
         x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title=history["unit"].iloc[0]),
-        color=alt.Color("params:N", title="params"), strokeDash=alt.StrokeDash("series:N", title="machine · mode"),
+        color=alt.Color("params:N", title="params", scale=views.CATEGORIES),
+        strokeDash=alt.StrokeDash("series:N", title="machine · mode"),
         detail="series:N", tooltip=["machine", "mode", "commit", "params", "value", "low", "high", "status"])
-    layers = chart.mark_line(point=True) + chart.mark_rule().encode(y="low:Q", y2="high:Q")
+    layers = chart.mark_line(point=True)
+    if history["low"].notna().any():
+        layers += chart.mark_rule().encode(y="low:Q", y2="high:Q")
     if not alerts.empty:
         layers += alt.Chart(alerts).mark_point(shape="triangle-down", size=200, color="#cf222e", filled=True).encode(
             x="commit_date:T", y="after:Q", tooltip=["detail"])
