@@ -50,6 +50,8 @@ CLAIM_COLUMNS = {"paper": st.column_config.TextColumn(pinned=True), "claim": st.
 # Categories in distinct hues (Streamlit's own palette starts with two blues: Lychee and faiss, or two
 # probes, looked alike).
 CATEGORIES = alt.Scale(scheme="tableau10")
+# Commit dates as dates (vega's own choice on a day's commits or a single one is a bare ":24")
+DATE_AXIS = alt.Axis(format="%b %d %H:%M", labelAngle=0)
 
 
 def board_chart(df, spec):

@@ -45,7 +45,8 @@ if not kernels.empty:
                  column_config={c: st.column_config.NumberColumn(f"{c} (ms)" if c == "value" else c, format="%.4g")
                                 for c in ("value", "low", "high")})
     st.altair_chart(alt.Chart(kernels).mark_line(point=True).encode(
-        x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title="ms per call", scale=alt.Scale(type="log")),
+        x=alt.X("commit_date:T", title="commit date", axis=views.DATE_AXIS),
+        y=alt.Y("value:Q", title="ms per call", scale=alt.Scale(type="log")),
         color=alt.Color("kernel:N", scale=views.CATEGORIES), strokeDash="machine:N",
         tooltip=["kernel", "machine", "commit", "value", "low", "high"]).properties(height=260), width="stretch")
 
@@ -108,7 +109,8 @@ if not history.empty:
                "series); bars: 95% intervals where they were recorded.")
     history = history.assign(series=history["machine"] + " · " + history["mode"].fillna("unrecorded"))
     chart = alt.Chart(history).encode(
-        x=alt.X("commit_date:T", title="commit date"), y=alt.Y("value:Q", title=history["unit"].iloc[0]),
+        x=alt.X("commit_date:T", title="commit date", axis=views.DATE_AXIS),
+        y=alt.Y("value:Q", title=history["unit"].iloc[0]),
         color=alt.Color("params:N", title="params", scale=views.CATEGORIES),
         strokeDash=alt.StrokeDash("series:N", title="machine · mode"),
         detail="series:N", tooltip=["machine", "mode", "commit", "params", "value", "low", "high", "status"])
