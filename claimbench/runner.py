@@ -28,7 +28,7 @@ from pathlib import Path
 
 from asv.machine import Machine, MachineCollection
 
-from . import environment, evidence, inputs, machinespeed
+from . import environment, evidence, inputs, machinespeed, suitelog
 from .registry import REPO_ROOT, Registry
 
 QUICK_ENV = "CLAIMBENCH_QUICK"
@@ -83,6 +83,11 @@ _FAILED = re.compile(r"\s(failed|timeout)\s*$")
 
 
 CODE_FOLDERS = ("suites", "impl", "baselines", "datasets", "claimbench")
+
+
+def _say(line: str) -> None:
+    """A suite's progress line (claimbench.suitelog), between asv's own."""
+    print(f"claimbench: {line}", flush=True)
 
 
 def code_stamp(root: Path = REPO_ROOT) -> str:
@@ -158,8 +163,9 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
         cmd += ["-a", "rounds=1", "-a", "repeat=(1, 5, 5.0)"]
     for pattern in bench_patterns(registry, paper_ids or []) + (bench or []):
         cmd += ["--bench", pattern]
+    suite_log = Path(private.name) / "suites.log"  # the suites' progress lines (claimbench.suitelog)
     env = {**os.environ, QUICK_ENV: "1" if quick else "0",
-           evidence.ENV: str(machine_dir / f"{commit[:8]}{evidence.SUFFIX}")}
+           evidence.ENV: str(machine_dir / f"{commit[:8]}{evidence.SUFFIX}"), suitelog.ENV: str(suite_log)}
     print(f"claimbench: asv run on {machine} at {commit[:8]} ({mode} mode, results in {machine_dir})", flush=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True,
                            text=True).stdout.strip()
@@ -169,8 +175,8 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     failed, stamp = [], code_stamp(root)
     print("claimbench: timing the machine-speed probes before the suites", flush=True)
     started, speed_before = time.time(), machinespeed.measure()
-    with private, subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, bufsize=1) as proc:
+    with private, suitelog.followed(suite_log, _say), subprocess.Popen(
+            cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)

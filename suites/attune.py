@@ -18,6 +18,8 @@ CLAIMBENCH_QUICK=1: `moe-lm` only, smaller budgets, a third of the audit.
 """
 from __future__ import annotations
 
+import logging
+
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, metrics
@@ -25,6 +27,7 @@ from claimbench import evidence, intervals, metrics
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 510  # seconds in quick mode on 2 cores (418 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m", "recipes")
 JOBS = ["moe-lm"] if QUICK else ["moe-lm", "causal-lm"]
@@ -98,7 +101,7 @@ def tune(job: str) -> dict:
     from claimbench.impl import attune, attune_gate, attune_training
     start = recipes.load(job)
     cores = attune_training.available_cores()
-    print(f"{job}: reference run and noise probes", flush=True)
+    log.info(f"{job}: reference run and noise probes")
     reference = attune_gate.reference_run(start, CHECK_STEPS)
     noise = []
     for probe in NOISE_PROBES:
@@ -107,7 +110,7 @@ def tune(job: str) -> dict:
             raise RuntimeError(f"{job}: noise probe {probe} failed: {decision.reason}")
         noise.append(decision.loss_deviation)
     tolerance = attune_gate.tolerance_from_noise(noise)
-    print(f"{job}: noise {max(noise):.2e} -> tolerance {tolerance:.2e}", flush=True)
+    log.info(f"{job}: noise {max(noise):.2e} -> tolerance {tolerance:.2e}")
     status, start_timing = attune.time_recipe(start, WARMUP, TIMED, timeout_s=1800)
     if status != "ok":
         raise RuntimeError(f"{job}: the starting recipe's timing failed ({status}): {start_timing}")
@@ -115,8 +118,8 @@ def tune(job: str) -> dict:
                                warmup_steps=WARMUP, timed_steps=TIMED)
     results = {}
     for name in PROPOSERS:
-        print(f"{job}: {name}, budget {BUDGET_S[job]} s", flush=True)
-        result = tuner.run(proposer(name, cores), progress=lambda m: print(m, flush=True))
+        log.info(f"{job}: {name}, budget {BUDGET_S[job]} s")
+        result = tuner.run(proposer(name, cores), progress=log.info)
         trials = [vars(t) for t in result.trials]
         deviation = next((t["loss_deviation"] for t in trials if t["status"] == "accepted"
                           and t["changes"] == result.best_changes), 0.0)
@@ -143,13 +146,13 @@ def audit(point: dict) -> dict:
             candidate = recipes.validate(recipes.nest({**start, **changes}), name)
             decision = attune_gate.check(candidate, start, reference, tolerance)
             out[group][name] = vars(decision)
-            print(f"gate audit, {group} '{name}': {'accepted' if decision.accepted else 'rejected'} ({decision.stage})"
-                  + (f": {decision.reasons[0]}" if decision.reasons else ""), flush=True)
+            log.info(f"gate audit, {group} '{name}': {'accepted' if decision.accepted else 'rejected'} "
+                     f"({decision.stage})" + (f": {decision.reasons[0]}" if decision.reasons else ""))
             if group == "planted":
                 alone = attune_gate.check(candidate, start, reference, tolerance, static=False)
                 out["dynamic_only"][name] = vars(alone)
-                print(f"  dynamic check alone: {'missed' if alone.accepted else 'caught'}"
-                      + (f": {alone.reasons[0]}" if alone.reasons else ""), flush=True)
+                log.info(f"  dynamic check alone: {'missed' if alone.accepted else 'caught'}"
+                         + (f": {alone.reasons[0]}" if alone.reasons else ""))
     return out
 
 
@@ -176,7 +179,7 @@ class _Measured(common.ComputedOnce):
                 if same is None:
                     candidates[name] = recipe
                 point["timed_as"][name] = same or name
-            print(f"{job}: re-timing {', '.join(candidates)} in {BLOCKS} interleaved block(s)", flush=True)
+            log.info(f"{job}: re-timing {', '.join(candidates)} in {BLOCKS} interleaved block(s)")
             point["seconds"] = timed_rounds(candidates)
         return {"jobs": jobs, "audit": audit(jobs[AUDIT_JOB])}
 

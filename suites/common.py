@@ -2,9 +2,10 @@
 gate-failure exception and the gates themselves (read from papers.toml, never restated here)."""
 import os
 
-from claimbench import registry
+from claimbench import registry, suitelog
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
+suitelog.configure()  # progress lines (logging.getLogger(__name__).info) reach `claimbench run` as they happen
 
 
 class GateFailed(AssertionError):

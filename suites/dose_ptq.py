@@ -16,6 +16,7 @@ setup_cache: Run per (learning rate, steps, seed); Sweep per (learning rate, ste
 Policy per policy; Outcome, the sweep's spread and the dose-harm correlation.
 CLAIMBENCH_QUICK=1: three learning rates, one step count, one seed, 40 queries per split.
 """
+import logging
 import math
 
 import numpy as np
@@ -30,6 +31,7 @@ from claimbench.interfaces import CalibrationRun
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 120  # seconds in quick mode on 2 cores (89 s in a fresh clone's make run)
 INPUTS = ("corpus", "all-minilm-l6-v2")
 LEARNING_RATES = ["1e-04", "1e-02", "3e-01"] if QUICK else [f"{10 ** (e / 2):.0e}" for e in range(-10, 0)]
@@ -53,7 +55,7 @@ def retrieval_scores(model, tokenizer, data: retrieval.RetrievalSet, extra: list
     return {split: ndcg[list(ids)] for split, ids in data.splits.items()}, extra_vectors
 
 
-def sweep(model, tokenizer, data, held_out, progress=print) -> dict:
+def sweep(model, tokenizer, data, held_out, progress=log.info) -> dict:
     from claimbench.baselines import weight_quant
     progress(f"dose-ptq: {data.describe()}", flush=True)
     fp32, fp32_held = retrieval_scores(model, tokenizer, data, held_out)

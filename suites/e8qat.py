@@ -19,6 +19,7 @@ are this project's own: E8-QAT's perplexity against RTN-2bit QAT's (same budget,
 against E8P post-training, gated on equal bits per weight.
 CLAIMBENCH_QUICK=1: 3 QAT steps of 2 rows of 64 tokens, 10 spans of 128 tokens, 5 samples per task.
 """
+import logging
 import time
 
 import torch
@@ -34,6 +35,7 @@ from claimbench.llm import evaluate
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 480  # seconds in quick mode on 2 cores (409 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")
 GROUP_SIZE = 64
@@ -58,7 +60,7 @@ def bits(method: str) -> tuple[float, float]:
     return (32.0, 32.0) if method == "fp32" else (e8qat.CODE_BITS, e8qat.bits_per_weight(GROUP_SIZE))
 
 
-def measure(model, tok, eos, progress=print) -> dict:
+def measure(model, tok, eos, progress=log.info) -> dict:
     calibration, held_out = text.token_halves(tok)
     usable = len(calibration) // LENGTH * LENGTH
     rows = torch.tensor(calibration[:usable]).reshape(-1, LENGTH)

@@ -20,6 +20,7 @@ step, as it nearly does on a GPU at batch 1 (memory-bound), the drafting cost as
 untimed: acceptance length over the block size k per drafter, and over the flow's Euler steps.
 CLAIMBENCH_QUICK=1: 2 prompts of 12 new tokens per task, 2 rounds, 4 training steps.
 """
+import logging
 import time
 
 import torch
@@ -35,6 +36,7 @@ from claimbench.llm.model import save_for_model
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 400  # seconds in quick mode on 2 cores (its first run, building its cached inputs, took 334 s)
 INPUTS = ("corpus", "smollm2-135m")
 TASKS = ["continuation", "copy"]
@@ -66,7 +68,7 @@ def training_rows(tok) -> torch.Tensor:
     return torch.tensor(calibration[:usable * ROW_TOKENS]).reshape(usable, ROW_TOKENS)
 
 
-def train(model, tok, progress=print) -> tuple[dict, dict, dict]:
+def train(model, tok, progress=log.info) -> tuple[dict, dict, dict]:
     """The learned drafters, their loss curves and training seconds (hidden states' extraction apart)."""
     started = time.perf_counter()
     hidden, future = speculative.future_pairs(model, training_rows(tok), K_MAX)
@@ -91,7 +93,7 @@ def run_all(model, eos, drafter, ids_list, k: int) -> list[speculative.Generatio
     return [speculative.generate(model, ids, drafter, NEW_TOKENS, k, eos) for ids in ids_list]
 
 
-def measure_all(model, tok, eos, progress=print) -> dict:
+def measure_all(model, tok, eos, progress=log.info) -> dict:
     learned, losses, seconds = train(model, tok, progress)
     tasks = prompts(tok)
     out = {"losses": losses, "training_s": seconds, "timing": {}, "generations": {}, "references": {},

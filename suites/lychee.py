@@ -12,6 +12,7 @@ CLAIMBENCH_QUICK=1: smaller datasets, fewer queries, nprobe 4 and 64 only and th
 fewer combinations is most of the saving); the whole suite in under two minutes once the datasets
 are cached.
 """
+import logging
 import os
 
 import numpy as np
@@ -26,6 +27,7 @@ from claimbench.quality import identical_rows, recall_at_k
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 210  # seconds in quick mode on 2 cores (167 s in a fresh clone's make run)
 INPUTS = ("glove-6b-50d", "corpus", "all-minilm-l6-v2", "smollm2-135m")
 K = 10
@@ -46,6 +48,7 @@ def nlist_for(n: int) -> int:
 
 def prepare(name: str, quick: bool = QUICK):
     """Dataset, IVF-Flat (trained once, cached beside the dataset) and Lychee over the same lists."""
+    log.info("lychee: %s", name)
     ds = vectors.load(name, quick=quick)
     path = vectors.cache_dir() / f"{name}{'-quick' if quick else ''}.ivf{nlist_for(len(ds.base))}.faiss"
     if path.exists():

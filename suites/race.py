@@ -21,6 +21,7 @@ CLAIMBENCH_QUICK=1: 50% only, one random seed, fewer spans, the needle task at 1
 and RACE with and without recovery, timing at 512 and 1K.
 """
 import copy
+import logging
 import math
 from contextlib import ExitStack
 
@@ -39,6 +40,7 @@ from claimbench.llm.model import LlamaConfig
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 750  # seconds in quick mode on 2 cores (626 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")
 RETENTIONS = ["50"] if QUICK else ["75", "50", "25"]
@@ -190,17 +192,23 @@ class _Measured(common.ComputedOnce):
     def setup_cache(self):
         model, tok, eos = common.smollm2()
         calibration, held_out = text.token_halves(tok)
+        log.info("race: calibration over %d tokens", CALIBRATION_TOKENS)
         statistics = headdim.calibrate(model, calibration[:CALIBRATION_TOKENS])
         fitted = methods(model, statistics)
+        log.info("race: recovery step (%d steps) for %s", RECOVERY_STEPS, ", ".join(RECOVERED))
         extra, recovery = recovered(model, statistics)
         fitted.update(extra)
+        log.info("race: held-out perplexity of %d methods", len(fitted))
         nll, scored = {}, {}  # scored: by method object (the full model is one, at every retention)
         for key, method in fitted.items():
             if id(method) not in scored:
                 with method.apply(model):
                     scored[id(method)] = evaluate.segment_nll(model, held_out, PREFIX, SCORED, SPANS)
             nll[key] = scored[id(method)]
-        return {"nll": nll, "recovery": recovery, "flops": flops(fitted), "accuracy": accuracy(model, tok, eos, fitted),
+        log.info("race: the needle task at %s", ", ".join(ACCURACY_CONTEXTS))
+        scores = accuracy(model, tok, eos, fitted)
+        log.info("race: timing %s at %s", ", ".join(TIMED), ", ".join(TIMING_CONTEXTS))
+        return {"nll": nll, "recovery": recovery, "flops": flops(fitted), "accuracy": scores,
                 "timing": timing(model, fitted)}
 
     def _claim(self, retention, method):

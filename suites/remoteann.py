@@ -21,6 +21,7 @@ The claim row: warm throughput at concurrency 8, RemoteANN over the baseline, ga
 recalls within 0.005 of the target; folded by max over datasets and targets ("up to").
 CLAIMBENCH_QUICK=1: GloVe-50 at its quick size, target 0.95, 3 rounds of 10 queries.
 """
+import logging
 import math
 import os
 import tempfile
@@ -41,6 +42,7 @@ from claimbench.netmodel import NetworkModel, shaped
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 120  # seconds in quick mode on 2 cores (99 s in a fresh clone's make run)
 INPUTS = ("glove-6b-50d", "corpus", "all-minilm-l6-v2")
 K = 10
@@ -122,7 +124,7 @@ def _copy(local_root: Path, prefix: str, store: S3Store) -> None:
             store.put(path.relative_to(local_root).as_posix(), path.read_bytes())
 
 
-def measure(name: str, progress=print) -> dict:
+def measure(name: str, progress=log.info) -> dict:
     """(target, method) -> the row of every track (see the module docstring)."""
     ds = vectors.load(name, quick=QUICK)
     timed = ds.queries[np.arange(ROUNDS * PER_ROUND) % len(ds.queries)]

@@ -19,6 +19,7 @@ lowest over the pruners (the best 2:4 recipe decides), gated on the two formats'
 matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048
 calibration tokens, 10 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
 """
+import logging
 import math
 import time
 
@@ -35,6 +36,7 @@ from claimbench.llm import evaluate
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 240  # seconds in quick mode on 2 cores (200 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")
 FP16 = sparsity24.FP16
@@ -71,7 +73,7 @@ def format_name(bits_per_weight: str, family: str) -> str:
     raise SkipNotImplemented(f"{family} has no format of {bits_per_weight} bits per weight in this grid")
 
 
-def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], progress=print) -> dict:
+def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], progress=log.info) -> dict:
     """Per format: bits per weight, per-span NLL, pooled task outcomes, compression time."""
     out = {"bits": {}, "nll": {}, "accuracy": {}, "compress_s": {}}
     for i, (name, fmt) in enumerate(FORMATS.items()):

@@ -16,6 +16,7 @@ Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (t
 sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUICK=1: 4K only,
 50x only, one sample per chat task and 10 completion samples (the fewest an interval is called on).
 """
+import logging
 import math
 
 import torch
@@ -32,6 +33,7 @@ from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 1050  # seconds in quick mode on 2 cores (878 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")
 LENGTHS = [4096] if QUICK else [4096, 8192]
@@ -98,7 +100,9 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
                 model(torch.tensor([[token]]), cache.clone())
             for name, e in errors_of.errors.items():
                 errors[name] += e
+    log.info("ssa: %d tokens, methods %s: %d samples", length, ", ".join(names), sum(tasks.values()))
     scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe)
+    log.info("ssa: %d tokens: perplexity of each method", length)
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
               "completion": {name: scores[name, LC.COMPLETION] for name in names} if completion_samples else {},
               "error": {k: sum(v) / len(v) for k, v in errors.items()},
@@ -126,6 +130,7 @@ def perplexity(model, tok, length: int, make) -> dict:
 
 def run(length: int, sparsity: float) -> dict:
     """One context and sparsity; the completion task (the claims' items) runs at the claims' 50x only."""
+    log.info("ssa: %d tokens at %gx sparsity", length, sparsity)
     result = evaluate(length, lambda: make_methods(sparsity), SAMPLES, COMPLETION_SAMPLES if sparsity == 50 else 0)
     if result["completion"]:
         result.update(claim_estimates(result["completion"]))

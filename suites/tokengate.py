@@ -29,6 +29,7 @@ bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 
 full mode).
 """
 import dataclasses
+import logging
 import math
 
 import torch
@@ -45,6 +46,7 @@ from claimbench.llm import evaluate, smollm
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 600  # seconds in quick mode on 2 cores (its first run, building its cached inputs, took 537 s)
 INPUTS = ("corpus", "smollm2-135m")
 CONTEXTS = {"1k": 1024} if QUICK else {"4k": 4096, "8k": 8192}
@@ -173,7 +175,9 @@ def accuracy(model, tok, eos, prepared, samples, new_tokens: int = NEW_TOKENS) -
     """(group, method, keep) -> the scores of the samples ((group, sample, ids) each), and the mean
     computed share."""
     scores, shares = {}, {}
-    for group, sample, ids in samples:
+    samples = list(samples)
+    for done, (group, sample, ids) in enumerate(samples):
+        log.info("  sample %d of %d (%s, %d tokens)", done + 1, len(samples), group, len(ids))
         for method, keep, pruning, cache in prefills(model, prepared, ids[:-1], new_tokens + 24):
             key = (group, method, keep)
             shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
@@ -252,10 +256,14 @@ class _Measured(common.ComputedOnce):
     def setup_cache(self):
         model, tok, eos = common.smollm2()
         prepared = prepare(model, tok)
+        log.info("tokengate: the needle task at %s, %d configurations", ", ".join(CONTEXTS), len(configurations()))
         scores, shares = accuracy(model, tok, eos, prepared, completion_samples(tok))
+        log.info("tokengate: continuation perplexity at %s", PERPLEXITY_CONTEXT)
+        nll = continuation_nll(model, tok, prepared)
         timed = timed_prompt(tok)
+        log.info("tokengate: TTFT and peak prefill memory at %s", CLAIM_CONTEXT)
         return {**{key: prepared[key] for key in ("training", "training_s", "layers", "needle_ranks")},
-                "accuracy": scores, "shares": shares, "nll": continuation_nll(model, tok, prepared),
+                "accuracy": scores, "shares": shares, "nll": nll,
                 "timing": timing(model, prepared, timed), "memory": memory(model, prepared, timed)}
 
 

@@ -13,6 +13,7 @@ machinery (baselines/olive_search.py).
 CLAIMBENCH_QUICK=1: three workloads, `fast` mode, a smaller budget; Olive on one workload.
 """
 import hashlib
+import logging
 import tempfile
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from claimbench.impl.tuner import Tuner
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 450  # seconds in quick mode on 2 cores (its first run, building its cached inputs, took 381 s)
 INPUTS = ("corpus", "smollm2-135m", "all-minilm-l6-v2")  # MiniLM's and SmolLM2's feeds and held-out text
 WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
@@ -59,13 +61,13 @@ def tune(name: str) -> dict:
         workload = W.load(name)
         with tempfile.TemporaryDirectory() as tmp:
             result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
-                           cache=route_cache(name), workdir=Path(tmp)).run(progress=lambda m: print(m, flush=True))
+                           cache=route_cache(name), workdir=Path(tmp)).run(progress=log.info)
     except Exception as e:  # noqa: BLE001 - one workload failing must not lose the others
         return {"error": f"{type(e).__name__}: {e}"}
     default, winner, interleaved = result["default"], result["winner"], result["interleaved"]
     if interleaved:
-        print(f"{name}: default {interleaved[0] * 1e3:.2f} ms, winner {interleaved[1] * 1e3:.2f} ms "
-              f"({interleaved[0] / interleaved[1]:.2f}x) with {winner.route}", flush=True)
+        log.info(f"{name}: default {interleaved[0] * 1e3:.2f} ms, winner {interleaved[1] * 1e3:.2f} ms "
+                 f"({interleaved[0] / interleaved[1]:.2f}x) with {winner.route}")
     return {"default": interleaved[0] if interleaved else None, "default_passed": bool(default and default.passed),
             "speedup": measure.ratio_estimate(*result["rounds"]) if result["rounds"] else None,
             "winner": interleaved[1] if interleaved else None, "route": winner.route if winner else None,
@@ -122,13 +124,13 @@ def olive(name: str) -> dict:
             candidates = olive_search.search(workload, Path(tmp), OLIVE_BUDGET_S)
             result = Tuner(olive_search.OliveCandidates(candidates), workload, mode="fast",
                            budget_s=OLIVE_GATING_BUDGET_S,
-                           repeats=5 if QUICK else 20, workdir=Path(tmp)).run(progress=lambda m: print(m, flush=True))
+                           repeats=5 if QUICK else 20, workdir=Path(tmp)).run(progress=log.info)
     except Exception as e:  # noqa: BLE001 - one workload failing must not lose the others
         return {"error": f"{type(e).__name__}: {e}"}
     winner, interleaved = result["winner"], result["interleaved"]
     chosen = candidates[winner.route["olive_candidate"]] if winner and winner.route["olive_candidate"] >= 0 else None
     kind = "the default build" if chosen is None else f"Olive's {'int8' if chosen['quantized'] else 'fp32'} model"
-    print(f"{name}: Olive evaluated {len(candidates)} models; winner after our gate: {kind}", flush=True)
+    log.info(f"{name}: Olive evaluated {len(candidates)} models; winner after our gate: {kind}")
     return {"speedup": interleaved[0] / interleaved[1] if interleaved else None,
             "latency": interleaved[1] if interleaved else None, "candidates": len(candidates),
             "passed": sum(r.passed for r in result["tried"] if r.route["olive_candidate"] >= 0)}

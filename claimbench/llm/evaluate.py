@@ -6,6 +6,7 @@ is active for every decode step, the first new token included.
 """
 from __future__ import annotations
 
+import logging
 import math
 from contextlib import nullcontext
 from typing import Callable, Sequence
@@ -14,6 +15,8 @@ import torch
 
 from claimbench.datasets import longcontext
 from claimbench.llm.model import KVCache, Llama
+
+log = logging.getLogger(__name__)
 
 
 def token_counter(tokenizer) -> Callable[[str], int]:
@@ -104,7 +107,9 @@ def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], 
     on_prefill(task, seed, cache, last token) sees that prefill first."""
     names = list(make_methods())
     scores = {(name, task): [] for name in names for task in tasks}
-    for task, seed, sample, ids in _samples(tokenizer, tasks, length):
+    for done, (task, seed, sample, ids) in enumerate(_samples(tokenizer, tasks, length)):
+        log.info("  sample %d of %d (%s, %d tokens): %d methods", done + 1, sum(tasks.values()), task, len(ids),
+                 len(names))
         base, _ = prefill(model, ids[:-1], room=new_tokens + 24)
         if on_prefill is not None:
             on_prefill(task, seed, base, ids[-1])
@@ -140,7 +145,8 @@ def applied_task_accuracy(model: Llama, tokenizer, eos: int, variants: dict[str,
     prefilled and decoded under each variant in turn."""
     encoded = list(_samples(tokenizer, tasks, length))
     scores = {(name, task): [] for name in variants for task in tasks}
-    for name, variant in variants.items():
+    for done, (name, variant) in enumerate(variants.items()):
+        log.info("  %s (%d of %d): %d samples", name, done + 1, len(variants), len(encoded))
         with variant():
             for task, _, sample, ids in encoded:
                 cache, _ = prefill(model, ids[:-1], room=new_tokens + 24)

@@ -1,0 +1,78 @@
+"""A suite's progress lines reach `claimbench run`'s output while asv runs it (asv shows what a
+benchmark printed only after it ends, and a setup_cache can run for hours)."""
+import logging
+import threading
+
+from claimbench import registry, runner, suitelog
+
+from .test_progressive import make_repo
+
+LOGGING_SUITE = '''
+import logging
+import time
+
+from claimbench import suitelog
+
+suitelog.configure()
+log = logging.getLogger("claimbench.suites.talks")
+INPUTS = ()
+
+
+class Talks:
+    def setup_cache(self):
+        log.info("talks: first half")
+        time.sleep(1.5)
+        log.info("talks: second half")
+        return 1.0
+
+    def track_value(self, r):
+        return r
+    track_value.unit = "queries/s"
+'''
+
+
+def test_a_line_appended_while_the_block_runs_is_passed_on_during_it(tmp_path):
+    path, said, arrived = tmp_path / "suites.log", [], threading.Event()
+
+    def write(line):
+        said.append(line)
+        arrived.set()
+    with suitelog.followed(path, write, poll_s=0.05):
+        path.write_text("setup: half a li")
+        with open(path, "a") as f:
+            f.write("ne\n")
+        assert arrived.wait(30), "the line was not passed on while the block ran"
+        with open(path, "a") as f:
+            f.write("the last line\n")
+    assert [line.split(" ", 1)[1] for line in said] == ["setup: half a line", "the last line"]
+    assert all(line.split(" ", 1)[0].count(":") == 2 for line in said)  # h:mm:ss since the block began
+
+
+def test_configure_writes_only_under_claimbench_run(tmp_path, monkeypatch):
+    logger = logging.getLogger("claimbench")
+    handlers, level = list(logger.handlers), logger.level
+    try:
+        monkeypatch.delenv(suitelog.ENV, raising=False)
+        suitelog.configure()
+        assert logger.handlers == handlers
+        monkeypatch.setenv(suitelog.ENV, str(tmp_path / "suites.log"))
+        suitelog.configure()
+        suitelog.configure()  # once per process
+        logging.getLogger("claimbench.suites.x").info("x: step 1 of 2")
+        logging.getLogger("elsewhere").warning("not ours")
+        assert (tmp_path / "suites.log").read_text() == "x: step 1 of 2\n"
+    finally:
+        for handler in set(logger.handlers) - set(handlers):
+            handler.close()
+            logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_claimbench_run_prints_a_setup_caches_progress(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    repo = make_repo(tmp_path, {"talks": LOGGING_SUITE})
+    assert runner.run(registry.load(repo / "papers.toml"), quick=True, machine="box", bench=[r"^talks\."],
+                      root=repo) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("claimbench: ") and "talks: " in line]
+    assert [line.split(" ", 2)[2] for line in lines] == ["talks: first half", "talks: second half"], out
