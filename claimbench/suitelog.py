@@ -22,17 +22,23 @@ ENV = "CLAIMBENCH_LOG"
 LOGGER = "claimbench"
 
 
-def configure() -> None:
-    """In a benchmark process under `claimbench run`: the `claimbench` loggers' INFO records, one line
-    each, appended to CLAIMBENCH_LOG (once per process)."""
+def configure(suites: str = "") -> None:
+    """In a benchmark process under `claimbench run`: the INFO records of the `claimbench` loggers and of
+    the suites package's (`suites` where asv imports it from its benchmark folder, outside the
+    `claimbench` tree), one line each, appended to CLAIMBENCH_LOG (once per process)."""
     path = os.environ.get(ENV)
-    logger = logging.getLogger(LOGGER)
-    if not path or any(getattr(h, "baseFilename", None) == os.path.abspath(path) for h in logger.handlers):
+    if not path:
         return
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    names = [LOGGER] + ([suites] if suites and not (suites + ".").startswith(LOGGER + ".") else [])
+    handler = None
+    for logger in map(logging.getLogger, names):
+        if any(getattr(h, "baseFilename", None) == os.path.abspath(path) for h in logger.handlers):
+            continue
+        if handler is None:
+            handler = logging.FileHandler(path)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 @contextmanager

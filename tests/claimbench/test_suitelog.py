@@ -13,8 +13,8 @@ import time
 
 from claimbench import suitelog
 
-suitelog.configure()
-log = logging.getLogger("claimbench.suites.talks")
+suitelog.configure(__name__.rpartition(".")[0])  # as suites.common does: asv imports this as suites.talks
+log = logging.getLogger(__name__)
 INPUTS = ()
 
 
@@ -49,23 +49,27 @@ def test_a_line_appended_while_the_block_runs_is_passed_on_during_it(tmp_path):
 
 
 def test_configure_writes_only_under_claimbench_run(tmp_path, monkeypatch):
-    logger = logging.getLogger("claimbench")
-    handlers, level = list(logger.handlers), logger.level
+    loggers = [logging.getLogger(name) for name in ("claimbench", "suites")]
+    before = [(list(logger.handlers), logger.level) for logger in loggers]
     try:
         monkeypatch.delenv(suitelog.ENV, raising=False)
-        suitelog.configure()
-        assert logger.handlers == handlers
+        suitelog.configure("suites")
+        assert [list(logger.handlers) for logger in loggers] == [handlers for handlers, _ in before]
         monkeypatch.setenv(suitelog.ENV, str(tmp_path / "suites.log"))
-        suitelog.configure()
-        suitelog.configure()  # once per process
-        logging.getLogger("claimbench.suites.x").info("x: step 1 of 2")
+        suitelog.configure("suites")  # asv's name for the suites package
+        suitelog.configure("claimbench.suites")  # the installed one's: under claimbench, no second handler
+        suitelog.configure("suites")  # once per process
+        logging.getLogger("claimbench.suites.x").info("x: step 1 of 3")
+        logging.getLogger("suites.x").info("x: step 2 of 3")
+        logging.getLogger("claimbench.llm.evaluate").info("  sample 1 of 2")
         logging.getLogger("elsewhere").warning("not ours")
-        assert (tmp_path / "suites.log").read_text() == "x: step 1 of 2\n"
+        assert (tmp_path / "suites.log").read_text() == "x: step 1 of 3\nx: step 2 of 3\n  sample 1 of 2\n"
     finally:
-        for handler in set(logger.handlers) - set(handlers):
-            handler.close()
-            logger.removeHandler(handler)
-        logger.setLevel(level)
+        for logger, (handlers, level) in zip(loggers, before):
+            for handler in set(logger.handlers) - set(handlers):
+                handler.close()
+                logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def test_claimbench_run_prints_a_setup_caches_progress(tmp_path, monkeypatch, capsys):
