@@ -4,9 +4,10 @@ asv runs each benchmark in a child process and shows what it printed only after 
 setup_cache can run for hours (SSA's full run: two), so `claimbench run` would say nothing for hours.
 It sets CLAIMBENCH_LOG to a file and prints each line written there as it arrives (`followed`). In
 the benchmark process, `configure` (suites.common calls it) sends the INFO records of the
-`claimbench` loggers to that file, so suites and library code report progress the usual way:
-`logging.getLogger(__name__).info(...)`. Outside `claimbench run` nothing is configured and nothing
-is written (INFO records are dropped, as Python's logging does by default).
+`claimbench` loggers and of the suites package's (asv imports it as `suites`) to that file, so suites
+and library code report progress the usual way: `logging.getLogger(__name__).info(...)`. Outside
+`claimbench run` nothing is configured and nothing is written (INFO records are dropped, as Python's
+logging does by default).
 """
 from __future__ import annotations
 

@@ -326,7 +326,8 @@ def compute(con, registry: Registry, store_history: bool = True) -> list[Verdict
     return compute_with_history(con, registry, store_history)[0]
 
 
-def compute_with_history(con, registry: Registry, store_history: bool = True) -> tuple[list[Verdict], list[Verdict]]:
+def compute_with_history(con, registry: Registry,
+                         store_history: bool = True) -> tuple[list[Verdict], list[Verdict]]:
     """(the latest verdict per (claim, machine), every commit's verdict), the latter upserted into the
     store's verdicts table with store_history."""
     known = machines(con) if con is not None else {}
