@@ -78,13 +78,19 @@ gate = { benchmark = "s.Claim.track_identical", min = 1.0 }
 '''
 
 
-def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
+def planted(tmp_path, speeds, gate):
+    """(store, papers.toml) of PAPERS' claim with the speed and gate histories written and ingested."""
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
     papers = tmp_path / "papers.toml"
     papers.write_text(PAPERS)
-    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 10 + [0.9])
+    write_history(results, speeds, gate=gate)
     assert ingest.ingest([results], db=db).ok
+    return db, papers
+
+
+def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
+    db, papers = planted(tmp_path, series([3.0] * 8 + [1.5] * 3, 0.01), [1.0] * 10 + [0.9])
     md = tmp_path / "alerts.md"
     code = cli.main(["alerts", "--db", str(db), "--papers", str(papers), "--markdown", str(md),
                      "--fail-on", "regression"])
@@ -99,12 +105,7 @@ def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
 
 
 def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_reads_them(tmp_path):
-    results, db = tmp_path / "results", tmp_path / "s.duckdb"
-    results.mkdir()
-    papers = tmp_path / "papers.toml"
-    papers.write_text(PAPERS)
-    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 11)
-    assert ingest.ingest([results], db=db).ok
+    db, papers = planted(tmp_path, series([3.0] * 8 + [1.5] * 3, 0.01), [1.0] * 11)
     with store.connect(db, read_only=True) as con:  # no verdict stored yet: nothing ran `claims` or `alerts`
         assert con.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 0
         latest, history = verdicts.compute_with_history(con, registry.load(papers), store_history=False)
@@ -113,12 +114,7 @@ def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_rea
 
 
 def test_cli_alerts_quiet_on_flat_history(tmp_path, capsys):
-    results, db = tmp_path / "results", tmp_path / "s.duckdb"
-    results.mkdir()
-    papers = tmp_path / "papers.toml"
-    papers.write_text(PAPERS)
-    write_history(results, series([3.0] * 12, 0.02), gate=[1.0] * 12)
-    ingest.ingest([results], db=db)
+    db, papers = planted(tmp_path, series([3.0] * 12, 0.02), [1.0] * 12)
     assert cli.main(["alerts", "--db", str(db), "--papers", str(papers), "--fail-on", "any"]) == 0
     assert "No open regressions" in capsys.readouterr().out
 
@@ -131,12 +127,7 @@ def test_cli_claims_lists_every_paper(tmp_path, capsys):
 
 
 def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path):
-    results, db = tmp_path / "results", tmp_path / "s.duckdb"
-    results.mkdir()
-    papers = tmp_path / "papers.toml"
-    papers.write_text(PAPERS)
-    write_history(results, series([3.0] * 8 + [1.5] * 3, 0.01), gate=[1.0] * 11)
-    ingest.ingest([results], db=db)
+    db, papers = planted(tmp_path, series([3.0] * 8 + [1.5] * 3, 0.01), [1.0] * 11)
     step_commit = f"{9:08x}"  # the ninth run is the first at 1.5
     with store.connect(db) as con:
         found = A.evaluate(con, registry.load(papers), A.Thresholds(),
