@@ -106,7 +106,7 @@ def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, 
     copied, benchmarks = [], set()
     machine_dirs = sorted(p for p in source_root.iterdir() if p.is_dir()) if source_root.is_dir() else []
     for machine_dir in (d for d in machine_dirs if not machine or d.name == machine):
-        runs = {c: files for c, files in run_files(machine_dir).items() if not commit or commit.startswith(c)}
+        runs = {c: files for c, files in run_files(machine_dir).items() if not commit or c.startswith(commit[:8])}
         if not runs:
             continue
         target_dir = target_root / machine_dir.name

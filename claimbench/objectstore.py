@@ -101,7 +101,7 @@ def publish(url: str, results_roots: dict[str, Path], machine: str | None = None
             if machine and machine_dir.name != machine:
                 continue
             for commit8, files in run_files(machine_dir).items():
-                if commit and not commit.startswith(commit8):
+                if commit and not commit8.startswith(commit[:8]):
                     continue
                 key = "/".join(part for part in (bucket, prefix, machine_dir.name, f"{commit8}-{mode}") if part)
                 uploads = files + [machine_dir / name for name in SHARED_FILES if (machine_dir / name).exists()]

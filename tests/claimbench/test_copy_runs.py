@@ -67,7 +67,7 @@ def test_nothing_to_copy_is_named(tmp_path):
 
 def test_the_command_line_copies_into_a_folder(tmp_path, capsys):
     source = _run(tmp_path / "source", "suite_a.A.track_x", 10.0, {}, None)
-    assert cli.main(["publish", str(tmp_path / "reference"), "--results", str(source)]) == 0
+    assert cli.main(["publish", str(tmp_path / "reference"), "--results", str(source), "--commit", "abababa"]) == 0
     assert capsys.readouterr().out == f"copied 1 run(s) into {tmp_path / 'reference'}\n  box/abababab\n"
     shutil.rmtree(source / "box")
     assert cli.main(["publish", str(tmp_path / "reference"), "--results", str(source)]) != 0
