@@ -125,9 +125,10 @@ def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, 
     if not copied:
         wanted = " for " + " at ".join(x for x in (machine, commit and commit[:8]) if x) if machine or commit else ""
         raise FileNotFoundError(f"no results to copy{wanted} under {source_root}")
-    source_meta = json.loads((source_root / "benchmarks.json").read_text())
-    meta_path = target_root / "benchmarks.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"version": source_meta.get("version", 2)}
-    meta.update({name: source_meta[name] for name in sorted(benchmarks) if name in source_meta})
-    meta_path.write_text(json.dumps(meta, separators=(",", ":")))
+    if benchmarks:  # (a folder holding only the kernels' files has no benchmarks.json, and needs none)
+        source_meta = json.loads((source_root / "benchmarks.json").read_text())
+        meta_path = target_root / "benchmarks.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"version": source_meta.get("version", 2)}
+        meta.update({name: source_meta[name] for name in sorted(benchmarks) if name in source_meta})
+        meta_path.write_text(json.dumps(meta, separators=(",", ":")))
     return copied

@@ -57,6 +57,15 @@ def test_a_second_run_at_one_commit_joins_the_first_and_a_rerun_replaces_its_own
     assert len((target / "box" / f"{COMMIT[:8]}{evidence.SUFFIX}").read_text().splitlines()) == 2
 
 
+def test_a_kernels_only_run_needs_no_benchmarks_json(tmp_path):
+    source = tmp_path / "source" / "box"
+    source.mkdir(parents=True)
+    (source / f"{COMMIT[:8]}-kernels.json").write_text('{"benchmarks": []}')
+    assert asvfiles.copy_runs(tmp_path / "source", tmp_path / "reference") == ["box/abababab"]
+    assert (tmp_path / "reference" / "box" / f"{COMMIT[:8]}-kernels.json").exists()
+    assert not (tmp_path / "reference" / "benchmarks.json").exists()
+
+
 def test_nothing_to_copy_is_named(tmp_path):
     source = _run(tmp_path / "source", "suite_a.A.track_x", 10.0, {}, None)
     with pytest.raises(FileNotFoundError, match="no results to copy for nobody under"):
