@@ -61,10 +61,10 @@ def pooled(record: dict | None) -> dict[str, list[float]]:
     return {name: list(before.get(name, [])) + list(after.get(name, [])) for name in {*before, *after}}
 
 
-def summary(record: dict | None, end: str | None = None) -> dict[str, intervals.Estimate]:
-    """Each probe's median seconds per round, with its order-statistic interval: at one end of a run
-    ("before" or "after" its suites) or over both (None)."""
-    rounds = pooled(record) if end is None else (record or {}).get(end) or {}
+def summary(record: dict | None, end: str) -> dict[str, intervals.Estimate]:
+    """Each probe's median seconds per round at one end of a run ("before" or "after" its suites), with
+    its order-statistic interval."""
+    rounds = (record or {}).get(end) or {}
     return {name: intervals.median_of(values, method="order statistics of probe rounds")
             for name, values in sorted(rounds.items()) if values}
 
