@@ -25,6 +25,7 @@ with no explicit codebook search, trained with the codes in the loop (quantizati
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,8 @@ except ImportError:  # a GPU machine's bare image: the same functions as plain P
         return args[0] if args and callable(args[0]) else (lambda function: function)
 
 from claimbench.interfaces import InputError
+
+log = logging.getLogger(__name__)
 
 CODE_BITS = 2.0
 GROUP = 8
@@ -278,7 +281,7 @@ def _quantizer(training: Training):
 
 
 def train(model, rows: torch.Tensor, training: Training, checkpoint: Path | None = None,
-          progress=print) -> dict[str, torch.Tensor]:
+          progress=log.info) -> dict[str, torch.Tensor]:
     """QAT of every block linear of model on token rows (n, length); returns name -> dequantized weight
     (the model's own weights are never changed: they are the distillation teacher). With checkpoint,
     training resumes from it when it exists and saves to it every checkpoint_every steps."""
@@ -329,7 +332,6 @@ def train(model, rows: torch.Tensor, training: Training, checkpoint: Path | None
                         "optimizer": optimizer.state_dict(), "step": step + 1, "losses": training.losses,
                         "training": asdict(training) | {"losses": None}}, checkpoint)
         if (step + 1) % max(1, training.steps // 10) == 0:
-            progress(f"e8-qat: {training.quantizer} step {step + 1}/{training.steps}: KL {loss.item():.4f}",
-                     flush=True)
+            progress(f"e8-qat: {training.quantizer} step {step + 1}/{training.steps}: KL {loss.item():.4f}")
     with torch.no_grad():
         return {name: quantizer(weights[name], scales[name], training.group_size) for name in weights}

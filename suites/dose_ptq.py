@@ -57,7 +57,7 @@ def retrieval_scores(model, tokenizer, data: retrieval.RetrievalSet, extra: list
 
 def sweep(model, tokenizer, data, held_out, progress=log.info) -> dict:
     from claimbench.baselines import weight_quant
-    progress(f"dose-ptq: {data.describe()}", flush=True)
+    progress(f"dose-ptq: {data.describe()}")
     fp32, fp32_held = retrieval_scores(model, tokenizer, data, held_out)
     fp32_weights = {k: w.detach().clone() for k, w in weight_quant.linear_weights(model).items()}
     rtn_weights = weight_quant.rtn(model)
@@ -78,8 +78,7 @@ def sweep(model, tokenizer, data, held_out, progress=log.info) -> dict:
                                            math.inf if fitted.diverged else
                                            weight_change(fitted.weights, rtn_weights, fp32_weights), ndcg))
                 progress(f"dose-ptq: run {len(runs)}/{total} lr={lr} steps={steps} seed={seed}: dose "
-                         f"{runs[-1].dose:.4f}, test NDCG@10 {ndcg['test'].mean():.4f} (RTN {rtn['test'].mean():.4f})",
-                         flush=True)
+                         f"{runs[-1].dose:.4f}, test NDCG@10 {ndcg['test'].mean():.4f} (RTN {rtn['test'].mean():.4f})")
     decisions = {name: make().decide(runs, rtn) for name, make in POLICIES.items()}
     return {"fp32": fp32, "rtn": rtn, "rtn_dose": embedding_dose(rtn_held, fp32_held), "runs": runs,
             "decisions": decisions}

@@ -83,7 +83,7 @@ def measure(model, tok, eos, progress=log.info) -> dict:
         ppl = intervals.bootstrap(out["nll"][method], lambda xs: float(torch.tensor(xs).mean().exp())).value
         progress(f"e8qat: {method}: perplexity {ppl:.4g}, accuracy "
                  f"{sum(out['accuracy'][method]) / len(out['accuracy'][method]):.2f} "
-                 f"({out['seconds'][method]:.0f} s to quantize or train)", flush=True)
+                 f"({out['seconds'][method]:.0f} s to quantize or train)")
     return out
 
 

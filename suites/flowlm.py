@@ -73,7 +73,7 @@ def train(model, tok, progress=log.info) -> tuple[dict, dict, dict]:
     started = time.perf_counter()
     hidden, future = speculative.future_pairs(model, training_rows(tok), K_MAX)
     seconds = {"hidden-states": time.perf_counter() - started}
-    progress(f"flowlm: {len(hidden)} training pairs in {seconds['hidden-states']:.0f} s", flush=True)
+    progress(f"flowlm: {len(hidden)} training pairs in {seconds['hidden-states']:.0f} s")
     learned, losses = {}, {}
     for name, fit in (("medusa", drafters.train_medusa), ("flow", flowlm.train_flow)):
         started = time.perf_counter()
@@ -111,7 +111,7 @@ def measure_all(model, tok, eos, progress=log.info) -> dict:
             raise RuntimeError(f"flowlm: the harness's plain decoding differs from evaluate.generate on {task}")
         progress(f"flowlm: {task}: " + ", ".join(
             f"{name} {measure.ratio(out['timing'][task, 'plain'], out['timing'][task, name]):.2f}x"
-            for name in DRAFTERS), flush=True)
+            for name in DRAFTERS))
         for name in DRAFTERS:
             for k in KS:
                 out["sweep"][task, name, k] = (out["generations"][task, name] if int(k) == K else

@@ -145,7 +145,7 @@ def measure(name: str, progress=log.info) -> dict:
             readers[method] = cls(store=store, prefix=f"{name}/{method}", fetch_threads=CONNECTIONS)
             readers[method].open(locals_[method].digest)
             progress(f"remoteann: {name} {method}: nlist {nlist}, built and uploaded in "
-                     f"{time.perf_counter() - started:.0f} s", flush=True)
+                     f"{time.perf_counter() - started:.0f} s")
         for target in TARGETS:
             params = {m: tune(m, locals_[m], timed, truth, float(target)) for m in METHODS}
             reached = {m: p for m, p in params.items() if p is not None}
@@ -186,8 +186,7 @@ def measure(name: str, progress=log.info) -> dict:
                 progress(f"remoteann: {name} recall {target} {method} {row['params']}: recall {row['recall']:.4f}, "
                          f"warm {PER_ROUND * ROUNDS / sum(row['warm_s']):.1f} q/s, c{CONCURRENCY} "
                          f"{PER_ROUND * ROUNDS / sum(row[f'warm-c{CONCURRENCY}_s']):.1f} q/s, "
-                         f"{np.mean(row['warm_gets']):.1f} GETs and {np.mean(row['warm_bytes']) / 1e3:.0f} kB per query",
-                         flush=True)
+                         f"{np.mean(row['warm_gets']):.1f} GETs and {np.mean(row['warm_bytes']) / 1e3:.0f} kB per query")
             out.update({(target, m): rows[m] for m in METHODS})
     return out
 

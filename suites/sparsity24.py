@@ -89,7 +89,7 @@ def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], pro
         ppl = intervals.bootstrap(out["nll"][name], _perplexity).value
         progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "
                  f"{ppl:.2f}, accuracy {sum(out['accuracy'][name]) / len(out['accuracy'][name]):.2f} "
-                 f"({out['compress_s'][name]:.0f} s to compress)", flush=True)
+                 f"({out['compress_s'][name]:.0f} s to compress)")
     return out
 
 

@@ -80,3 +80,17 @@ def test_claimbench_run_prints_a_setup_caches_progress(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("claimbench: ") and "talks: " in line]
     assert [line.split(" ", 2)[2] for line in lines] == ["talks: first half", "talks: second half"], out
+
+
+def test_progress_callbacks_get_no_print_only_arguments():
+    """Suites and methods report progress through loggers (progress=log.info): a call that passes
+    print's flush= to anything but print fails only when a real run reaches it."""
+    import ast
+    offending = []
+    for folder in ("suites", "impl", "baselines", "claimbench"):
+        for path in (registry.REPO_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "print")
+                        and any(k.arg == "flush" for k in node.keywords)):
+                    offending.append(f"{path.relative_to(registry.REPO_ROOT)}:{node.lineno}")
+    assert offending == []
