@@ -23,7 +23,8 @@ which keeps relative step sizes, so asv's relative threshold means the same in b
 a higher-is-better series that crosses zero is negated instead.
 
 A step between two runs that both kept the samples their value came from (the rounds of a median,
-the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them: a one-sided
+the items of a rate, the per-item numbers a paired bootstrap's statistic follows: intervals'
+order-statistic, Wilson and paired-bootstrap estimates) is tested on them: a one-sided
 rank-sum test over the reference run's samples and the newest run's (intervals.rank_sum_pvalue).
 When p >= NOISE_P the rounds cannot tell the two runs apart: the alert is listed as within noise,
 with its p-value, and is not open. A step with p below it says its p-value and stays open. Rounds
@@ -68,7 +69,8 @@ CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
-RANK_TESTED = ("order statistics", "Wilson")  # estimates whose value is a median or a share of their samples
+# estimates whose value is a median, a share or a statistic that follows their samples' location
+RANK_TESTED = ("order statistics", "Wilson", "paired bootstrap")
 
 
 def _alerts_config(path) -> dict:
@@ -112,9 +114,10 @@ class Alert:
 
     @property
     def change(self) -> float | None:
+        """(after - before) / |before|: negative when the value fell, whatever the sign of before."""
         if self.before in (None, 0) or self.after is None:
             return None
-        return self.after / self.before - 1
+        return (self.after - self.before) / abs(self.before)
 
     @property
     def alert_id(self) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, registry, store
+from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics, registry, store
 from claimbench import verdicts as V
 from claimbench.datasets import text
 
@@ -21,10 +21,11 @@ BENCH = "s.Claim.track_speedup"
 
 
 def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None, rounds=None, unit="x",
-           machine_speed=None):
+           machine_speed=None, estimate=None):
     """One asv results file at commit i; with mode, the run record claimbench run leaves beside it (with
     machine_speed, the suite's probes in it); with low/high, the evidence line of the benchmark's
-    interval; with rounds, that of a median of per-round values (its interval from them)."""
+    interval; with rounds, that of a median of per-round values (its interval from them); with
+    estimate, that estimate's."""
     commit = f"{i + 1:08x}" + "0" * 32
     asvfiles.write_run(results, "box", commit, 1_700_000_000_000 + i * 86_400_000,
                        {BENCH: (["dataset"], [["d"]], [value], unit)})
@@ -34,9 +35,9 @@ def run_at(results, i, value, mode=None, suite_inputs=None, low=None, high=None,
         if machine_speed is not None:
             record["machine_speed"] = {"s": machine_speed}
         (machine_dir / f"{commit[:8]}{environment.RECORD_SUFFIX}").write_text(json.dumps(record))
-    if low is not None or rounds is not None:
-        est = (intervals.median_of(rounds) if rounds is not None
-               else intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7))
+    if low is not None or rounds is not None or estimate is not None:
+        est = estimate or (intervals.median_of(rounds) if rounds is not None
+                           else intervals.Estimate(value, low, high, 7, "test", 6, (value,) * 7))
         evidence.record(BENCH, {"dataset": "d"}, est, machine_dir / f"{commit[:8]}{evidence.SUFFIX}")
     return commit
 
@@ -212,6 +213,25 @@ def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, 
     md = A.markdown([found])
     assert ("### Within noise (1)" in md) == (status == "within noise")
     assert ("1 open alert(s)." in md) == (status == "open")
+
+
+@pytest.mark.parametrize("newest_hits, with_samples, status", [(4, True, "within noise"), (0, True, "open"),
+                                                                (4, False, "open")])
+def test_a_paired_bootstrap_step_is_tested_on_its_per_item_samples(tmp_path, newest_hits, with_samples, status):
+    """A share of dense over 24 items (dense answers 20): the method's per-item outcomes are the samples."""
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    def share(hits):
+        items = [(float(j < hits), float(j < 20)) for j in range(24)]
+        return intervals.bootstrap(items, lambda xs: 100 * sum(m for m, _ in xs) / sum(d for _, d in xs),
+                                   [m for m, _ in items] if with_samples else ())
+    for i in range(8):
+        run_at(results, i, share(8).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(8))
+    run_at(results, 8, share(newest_hits).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(newest_hits))
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = A.regressions(con, A.Thresholds())
+    assert found.status == status and ("rank-sum test" in found.detail) == with_samples
 
 
 def probes(scale, seed):
