@@ -39,6 +39,13 @@ def test_flat_noisy_series_raises_no_alarm(seed, direction):
     assert A.find_regressions(series([10.0] * 30, noise=0.02, seed=seed), direction, 0.05) == []
 
 
+@pytest.mark.parametrize("before, after, change", [(4.0, 3.0, -0.25), (-8.0, -24.0, -2.0), (-8.0, -4.0, 0.5),
+                                                   (0.0, 1.0, None)])
+def test_a_change_is_signed_as_the_value_moved(before, after, change):
+    alert = A.Alert("regression", "s.B.track_x", "{}", "box", "c", None, before, after, "")
+    assert alert.change == change
+
+
 def test_thresholds_by_pattern():
     t = A.Thresholds(0.05, {"lychee.*": 0.1, "lychee.Sweep.*": 0.2})
     assert t.for_benchmark("lychee.Sweep.track_qps") == 0.2
