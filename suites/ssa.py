@@ -5,7 +5,8 @@ cache each); the methods act at decode through the model's attention hook, with 
 split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the same PQ proxy.
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
 q/k/v for all), task accuracy on every long-context task, perplexity of license text decoded
-teacher-forced after a prefix of the context length, and the claim numbers on the completion
+teacher-forced after a prefix of the context length (each token's NLL averaged over the methods'
+random draws at PERPLEXITY_SEEDS seeds, an interval over the tokens), and the claim numbers on the completion
 task (`niah-completion`, which dense SmolLM2-135M solves, so there is something to keep): SSA's
 accuracy minus the strongest practical baseline's and SSA's share of dense accuracy, each with a
 paired-bootstrap interval over the same samples. The strongest baseline is chosen on all samples
@@ -16,6 +17,7 @@ Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (t
 sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUICK=1: 4K only,
 50x only, one sample per chat task and 10 completion samples (the fewest an interval is called on).
 """
+import functools
 import logging
 import math
 
@@ -41,23 +43,28 @@ SPARSITIES = [50] if QUICK else [50, 20, 10]
 SAMPLES = 1 if QUICK else 2
 COMPLETION_SAMPLES = 10 if QUICK else 24
 PERPLEXITY_TOKENS = 32  # decoded teacher-forced with each method after the shared prefill
+PERPLEXITY_SEEDS = 2 if QUICK else 4  # of the methods' own draws (SSA's samples, the PQ codebooks' k-means start)
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head, then
 # low-rank keys (4 and 16 fp16 numbers per key: as many bytes as pq-8x8, and four times that).
-# Each takes the dict in which a prefill's PQ codebooks are shared (PQProxy.shared).
-PROXIES = {"pq-2x6": lambda books: PQProxy(2, 6, shared=books), "pq-4x8": lambda books: PQProxy(4, 8, shared=books),
-           "pq-8x8": lambda books: PQProxy(8, 8, shared=books), "lowrank-4": lambda _: LowRankProxy(4),
-           "lowrank-16": lambda _: LowRankProxy(16), "exact": lambda _: ExactProxy()}
+# Each takes the dict in which a prefill's PQ codebooks are shared (PQProxy.shared) and the seed of its k-means start.
+PROXIES = {"pq-2x6": lambda books, seed: PQProxy(2, 6, seed=seed, shared=books),
+           "pq-4x8": lambda books, seed: PQProxy(4, 8, seed=seed, shared=books),
+           "pq-8x8": lambda books, seed: PQProxy(8, 8, seed=seed, shared=books),
+           "lowrank-4": lambda *_: LowRankProxy(4), "lowrank-16": lambda *_: LowRankProxy(16),
+           "exact": lambda *_: ExactProxy()}
 
 
-def make_methods(sparsity: float) -> dict:
-    """Fresh methods for one prefill; the three on PQ keys share its codebooks (the same numbers)."""
+def make_methods(sparsity: float, seed: int = 0) -> dict:
+    """Fresh methods for one prefill, their random draws from `seed`; the three on PQ keys share its
+    codebooks (the same numbers)."""
     books = {}
-    return {"dense": Dense(), "ssa": SSA(sparsity=sparsity, proxy=PQProxy(shared=books)),
-            "pqcache": PQCache(sparsity=sparsity, proxy=PQProxy(shared=books)),
+    return {"dense": Dense(), "ssa": SSA(sparsity=sparsity, seed=seed, proxy=PQProxy(seed=seed, shared=books)),
+            "pqcache": PQCache(sparsity=sparsity, proxy=PQProxy(seed=seed, shared=books)),
             "oracle-top-k": OracleTopK(sparsity=sparsity), "quest": Quest(sparsity=sparsity),
-            "importance-sampling": ImportanceSampling(sparsity=sparsity, proxy=PQProxy(shared=books))}
+            "importance-sampling": ImportanceSampling(sparsity=sparsity, seed=seed,
+                                                      proxy=PQProxy(seed=seed, shared=books))}
 
 
 class ErrorProbe:
@@ -75,19 +82,19 @@ class ErrorProbe:
         return dense
 
 
-def proxy_methods(sparsity: float) -> dict:
+def proxy_methods(sparsity: float, seed: int = 0) -> dict:
     """SSA and proxy top-k (PQCache's selection) at every proxy resolution, dense as the reference."""
     out, books = {"dense": Dense()}, {}
     for proxy, make in PROXIES.items():
-        out[f"ssa/{proxy}"] = SSA(sparsity=sparsity, proxy=make(books))
-        out[f"top-k/{proxy}"] = PQCache(sparsity=sparsity, proxy=make(books))
+        out[f"ssa/{proxy}"] = SSA(sparsity=sparsity, seed=seed, proxy=make(books, seed))
+        out[f"top-k/{proxy}"] = PQCache(sparsity=sparsity, proxy=make(books, seed))
     return out
 
 
 def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> dict:
     """Accuracy per (method, task), mean accuracy over the chat tasks, attention error and
     perplexity per method, and per-sample outcomes on the completion task, for the methods make()
-    returns (fresh ones per sample), sharing one prefill per sample."""
+    returns (fresh ones per sample; make(seed) draws with another seed), sharing one prefill per sample."""
     model, tok, eos = common.smollm2()
     names = list(make())
     tasks = {task: samples for task in LC.TASKS} | ({LC.COMPLETION: completion_samples} if completion_samples else {})
@@ -111,27 +118,35 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
     return result
 
 
-def perplexity(model, tok, length: int, make) -> dict:
+def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
     """Per method: perplexity of the PERPLEXITY_TOKENS tokens of license text that follow a prefix of
     `length` tokens, decoded one at a time (teacher-forced) with the method at every step; one
-    prefill of the prefix shared by all methods."""
+    prefill of the prefix shared by all methods. Each token's NLL is averaged over PERPLEXITY_SEEDS
+    seeds of the methods' own draws (make(seed); a method whose settings no seed changes, as its
+    dataclass fields show, decodes once), and the interval is a bootstrap over the tokens. One seed
+    alone moved a lot: SSA at 4K and 50x gave 32.6 to 50.0 over five seeds of one code."""
     ids = tok.encode(LC.perplexity_text(8 * (length + PERPLEXITY_TOKENS))).ids
     if len(ids) < length + PERPLEXITY_TOKENS:
         raise ValueError(f"license texts give {len(ids)} tokens; perplexity at {length} needs "
                          f"{length + PERPLEXITY_TOKENS}")
     prefix, target = ids[:length], ids[length:length + PERPLEXITY_TOKENS]
     base, _ = evaluate_llm.prefill(model, prefix[:-1], room=PERPLEXITY_TOKENS + 2)
-    out = {}
-    for name, method in make().items():
-        nll = evaluate_llm.teacher_forced_nll(model, base.clone(), prefix[-1], target, method)
-        out[name] = math.exp(sum(nll) / len(target))
-    return out
+    decoded, nll = {}, {}  # a method's settings -> its NLL per token; name -> those of every seed
+    for seed in range(PERPLEXITY_SEEDS):
+        for name, method in make(seed).items():
+            if repr(method) not in decoded:
+                decoded[repr(method)] = evaluate_llm.teacher_forced_nll(model, base.clone(), prefix[-1], target, method)
+            nll.setdefault(name, []).append(decoded[repr(method)])
+        log.info("ssa: %d tokens: perplexity at seed %d of %d done", length, seed + 1, PERPLEXITY_SEEDS)
+    per_token = {name: [sum(seeds) / len(seeds) for seeds in zip(*runs)] for name, runs in nll.items()}
+    return {name: intervals.bootstrap(xs, lambda ys: math.exp(sum(ys) / len(ys)), xs) for name, xs in per_token.items()}
 
 
 def run(length: int, sparsity: float) -> dict:
     """One context and sparsity; the completion task (the claims' items) runs at the claims' 50x only."""
     log.info("ssa: %d tokens at %gx sparsity", length, sparsity)
-    result = evaluate(length, lambda: make_methods(sparsity), SAMPLES, COMPLETION_SAMPLES if sparsity == 50 else 0)
+    result = evaluate(length, functools.partial(make_methods, sparsity), SAMPLES,
+                      COMPLETION_SAMPLES if sparsity == 50 else 0)
     if result["completion"]:
         result.update(claim_estimates(result["completion"]))
     return result
@@ -175,6 +190,7 @@ class Sparse:
         return self._point(r, context, sparsity)["error"][method]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit
 
+    @evidence.estimate
     def track_perplexity(self, r, context, sparsity, method):
         return self._point(r, context, sparsity)["perplexity"][method]
     track_perplexity.unit = metrics.PERPLEXITY.unit
@@ -214,7 +230,7 @@ class ProxySweep:
     def setup_cache(self):
         if QUICK:  # every method builds PQ codebooks per layer: minutes even for one decode step
             return {}  # (asv passes no cache at all for None)
-        return evaluate(4096, lambda: proxy_methods(50), SAMPLES)
+        return evaluate(4096, functools.partial(proxy_methods, 50), SAMPLES)
 
     def _full(self, r):
         if not r:
@@ -237,6 +253,7 @@ class ProxySweep:
         return self._full(r)["error"][f"{method}/{proxy}"]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit
 
+    @evidence.estimate
     def track_perplexity(self, r, proxy, method):
         return self._full(r)["perplexity"][f"{method}/{proxy}"]
     track_perplexity.unit = metrics.PERPLEXITY.unit

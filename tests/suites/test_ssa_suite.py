@@ -1,8 +1,13 @@
-"""SSA's claim numbers from per-sample outcomes (the suite module itself, as asv imports it)."""
+"""SSA's claim numbers from per-sample outcomes and its perplexity over seeds (the suite module itself,
+as asv imports it)."""
+import functools
+import math
 
 import pytest
 
 from claimbench.suites import ssa as suite
+
+from .smollm_stub import NEEDS_TOKENIZER, stand_in
 
 
 def test_claims_are_paired_over_the_completion_samples():
@@ -15,3 +20,22 @@ def test_claims_are_paired_over_the_completion_samples():
     assert gain.value == pytest.approx(-25.0) and gain.low < -25.0 < gain.high < 0 and gain.n == n
     assert share.value == pytest.approx(25.0) and 0 < share.low < 25.0 < share.high < 94.0
     assert out["completion_accuracy"]["dense"].value == 1.0 and out["completion_accuracy"]["dense"].enough
+
+
+@NEEDS_TOKENIZER
+def test_perplexity_averages_the_methods_draws_over_seeds_and_decodes_the_rest_once(monkeypatch):
+    model, tok = stand_in()
+    monkeypatch.setattr(suite, "PERPLEXITY_TOKENS", 8)
+    monkeypatch.setattr(suite, "PERPLEXITY_SEEDS", 2)
+    calls = []
+    decode = suite.evaluate_llm.teacher_forced_nll
+    monkeypatch.setattr(suite.evaluate_llm, "teacher_forced_nll",
+                        lambda *a, **k: calls.append(type(a[-1]).__name__) or decode(*a, **k))
+    out = suite.perplexity(model, tok, 256, functools.partial(suite.make_methods, 50))
+    seeded = {"SSA", "PQCache", "ImportanceSampling"}
+    assert sorted(calls) == sorted([*seeded] * suite.PERPLEXITY_SEEDS + ["Dense", "OracleTopK", "Quest"])
+    for estimate in out.values():
+        assert estimate.n == len(estimate.samples) == suite.PERPLEXITY_TOKENS
+        assert estimate.low <= estimate.value <= estimate.high
+        assert estimate.value == pytest.approx(math.exp(sum(estimate.samples) / len(estimate.samples)))
+    assert out["oracle-top-k"].value == pytest.approx(out["dense"].value, rel=0.5)
