@@ -124,7 +124,7 @@ def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
     prefill of the prefix shared by all methods. Each token's NLL is averaged over PERPLEXITY_SEEDS
     seeds of the methods' own draws (make(seed); a method whose settings no seed changes, as its
     dataclass fields show, decodes once), and the interval is a bootstrap over the tokens. One seed
-    alone moved a lot: SSA at 4K and 50x gave 32.6 to 50.0 over five seeds of one code."""
+    alone moves a lot: SSA at 4K and 50x gave 32.6 to 50.0 over seeds 0-4 (one code, before 40131f2)."""
     ids = tok.encode(LC.perplexity_text(8 * (length + PERPLEXITY_TOKENS))).ids
     if len(ids) < length + PERPLEXITY_TOKENS:
         raise ValueError(f"license texts give {len(ids)} tokens; perplexity at {length} needs "
