@@ -23,8 +23,7 @@ which keeps relative step sizes, so asv's relative threshold means the same in b
 a higher-is-better series that crosses zero is negated instead.
 
 A step between two runs that both kept the samples their value came from (the rounds of a median,
-the items of a rate, the per-item numbers a paired bootstrap's statistic follows: intervals'
-order-statistic, Wilson and paired-bootstrap estimates) is tested on them: a one-sided
+the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them: a one-sided
 rank-sum test over the reference run's samples and the newest run's (intervals.rank_sum_pvalue).
 When p >= NOISE_P the rounds cannot tell the two runs apart: the alert is listed as within noise,
 with its p-value, and is not open. A step with p below it says its p-value and stays open. Rounds
@@ -69,8 +68,10 @@ CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
-# estimates whose value is a median, a share or a statistic that follows their samples' location
-RANK_TESTED = ("order statistics", "Wilson", "paired bootstrap")
+# estimates whose value is a median or a share of their samples. Not a paired bootstrap's: its items
+# (spans' or tokens' NLLs) can differ far more among themselves than a real step moves each of them,
+# and an unpaired rank test would call such a step noise.
+RANK_TESTED = ("order statistics", "Wilson")
 
 
 def _alerts_config(path) -> dict:

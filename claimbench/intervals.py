@@ -125,9 +125,8 @@ def bootstrap(items: Sequence, statistic: Callable[[list], float], samples: Sequ
     """statistic(items) with a paired percentile-bootstrap interval: each resample draws whole
     items (e.g. one question's outcome under every method) with replacement. `samples`, kept with
     the estimate, are one number per item whose location the statistic follows (the per-item
-    difference of a mean difference, the method's outcome of a share of dense, a span's NLL of a
-    perplexity): the alerts' rank-sum test compares two runs on them. Leave them empty where no
-    such number exists (a rank correlation)."""
+    difference of a mean difference, a span's NLL of a perplexity); empty where no such number
+    exists (a rank correlation)."""
     n = len(items)
     if n == 0:
         raise ValueError("no items")

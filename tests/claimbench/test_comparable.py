@@ -215,10 +215,11 @@ def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, 
     assert ("1 open alert(s)." in md) == (status == "open")
 
 
-@pytest.mark.parametrize("newest_hits, with_samples, status", [(4, True, "within noise"), (0, True, "open"),
-                                                                (4, False, "open")])
-def test_a_paired_bootstrap_step_is_tested_on_its_per_item_samples(tmp_path, newest_hits, with_samples, status):
-    """A share of dense over 24 items (dense answers 20): the method's per-item outcomes are the samples."""
+@pytest.mark.parametrize("with_samples", [True, False])
+def test_a_paired_bootstrap_step_is_not_rank_tested(tmp_path, with_samples):
+    """A share of dense over 24 items (dense answers 20), 8 of them answered, then 4: with or without
+    per-item samples the step stays open (a perplexity's spans can differ more among themselves than
+    a real step moves each of them: an unpaired rank test would call that noise)."""
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
     def share(hits):
@@ -227,11 +228,11 @@ def test_a_paired_bootstrap_step_is_tested_on_its_per_item_samples(tmp_path, new
                                    [m for m, _ in items] if with_samples else ())
     for i in range(8):
         run_at(results, i, share(8).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(8))
-    run_at(results, 8, share(newest_hits).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(newest_hits))
+    run_at(results, 8, share(4).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(4))
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
         found, = A.regressions(con, A.Thresholds())
-    assert found.status == status and ("rank-sum test" in found.detail) == with_samples
+    assert found.status == "open" and "rank-sum test" not in found.detail
 
 
 def probes(scale, seed):
