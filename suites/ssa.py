@@ -6,8 +6,8 @@ split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the s
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
 q/k/v for all), task accuracy on every long-context task, perplexity of license text decoded
 teacher-forced after a prefix of the context length (each token's NLL averaged over the methods'
-random draws at PERPLEXITY_SEEDS seeds, an interval over the tokens), and the claim numbers on the completion
-task (`niah-completion`, which dense SmolLM2-135M solves, so there is something to keep): SSA's
+random draws at PERPLEXITY_SEEDS seeds, an interval over the tokens), and the claim numbers on the
+completion task (`niah-completion`, which dense SmolLM2-135M solves, so there is something to keep): SSA's
 accuracy minus the strongest practical baseline's and SSA's share of dense accuracy, each with a
 paired-bootstrap interval over the same samples. The strongest baseline is chosen on all samples
 and held fixed in the resamples (so the gain's interval leaves out the choice's own noise). ProxySweep: SSA and

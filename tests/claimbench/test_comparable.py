@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from claimbench import alerts as A
-from claimbench import asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics, registry, store
+from claimbench import (asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics, registry,
+                        store)
 from claimbench import verdicts as V
 from claimbench.datasets import text
 

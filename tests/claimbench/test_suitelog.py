@@ -1,5 +1,6 @@
 """A suite's progress lines reach `claimbench run`'s output while asv runs it (asv shows what a
 benchmark printed only after it ends, and a setup_cache can run for hours)."""
+import ast
 import logging
 import threading
 
@@ -85,7 +86,6 @@ def test_claimbench_run_prints_a_setup_caches_progress(tmp_path, monkeypatch, ca
 def test_progress_callbacks_get_no_print_only_arguments():
     """Suites and methods report progress through loggers (progress=log.info): a call that passes
     print's flush= to anything but print fails only when a real run reaches it."""
-    import ast
     offending = []
     for folder in ("suites", "impl", "baselines", "claimbench"):
         for path in (registry.REPO_ROOT / folder).rglob("*.py"):
