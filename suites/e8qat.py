@@ -80,7 +80,7 @@ def measure(model, tok, eos, progress=log.info) -> dict:
         out["seconds"][method] = time.perf_counter() - started
         out["nll"][method], out["accuracy"][method] = evaluate.weights_quality(
             model, tok, eos, weights, held_out, (PREFIX, SCORED, SPANS), TASKS, TASK_LENGTH, NEW_TOKENS)
-        ppl = intervals.bootstrap(out["nll"][method], lambda xs: float(torch.tensor(xs).mean().exp())).value
+        ppl = evaluate.perplexity(out["nll"][method]).value
         progress(f"e8qat: {method}: perplexity {ppl:.4g}, accuracy "
                  f"{sum(out['accuracy'][method]) / len(out['accuracy'][method]):.2f} "
                  f"({out['seconds'][method]:.0f} s to quantize or train)")
@@ -113,7 +113,7 @@ class Methods(_Measured):
     @evidence.estimate
     def track_perplexity(self, r, method):
         spans = r["nll"][method]
-        return intervals.bootstrap(spans, lambda xs: float(torch.tensor(xs).mean().exp()), spans)
+        return evaluate.perplexity(spans)
     track_perplexity.unit = metrics.PERPLEXITY.unit
 
     @evidence.estimate

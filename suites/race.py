@@ -229,7 +229,7 @@ class Compression(_Measured):
     def track_perplexity(self, r, retention, method):
         """On the held-out spans, with a bootstrap interval over them."""
         spans = self._spans(r, retention, method)
-        return intervals.bootstrap(spans, lambda xs: math.exp(sum(xs) / len(xs)), spans)
+        return evaluate.perplexity(spans)
     track_perplexity.unit = metrics.PERPLEXITY.unit
 
     def perplexity_change(self, r, retention, method) -> intervals.Estimate:

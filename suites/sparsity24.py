@@ -20,7 +20,6 @@ matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 on
 calibration tokens, 10 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
 """
 import logging
-import math
 import time
 
 import torch
@@ -86,7 +85,7 @@ def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], pro
         out["nll"][name], out["accuracy"][name] = evaluate.weights_quality(
             model, tok, eos, weights, held_out, (PREFIX, SCORED, SPANS), TASKS, TASK_LENGTH, NEW_TOKENS)
         out["bits"][name] = fmt.bits_per_weight()
-        ppl = intervals.bootstrap(out["nll"][name], _perplexity).value
+        ppl = evaluate.perplexity(out["nll"][name]).value
         progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "
                  f"{ppl:.2f}, accuracy {sum(out['accuracy'][name]) / len(out['accuracy'][name]):.2f} "
                  f"({out['compress_s'][name]:.0f} s to compress)")
@@ -111,10 +110,6 @@ def timing(model) -> dict:
         times = measure.interleaved({name: repeated(call) for name, (call, _) in kernels.items()}, rounds=ROUNDS)
         out.update({(tokens, name): [t / CALLS_PER_ROUND for t in ts] for name, ts in times.items()})
     return out
-
-
-def _perplexity(spans: list[float]) -> float:
-    return math.exp(sum(spans) / len(spans))
 
 
 def perplexity_ratio(nll: dict, name: str, reference: str) -> intervals.Estimate:
@@ -152,7 +147,7 @@ class Formats(_Measured):
     def track_perplexity(self, r, bits_per_weight, family):
         """Held-out perplexity, bootstrap interval over the spans."""
         spans = r["nll"][format_name(bits_per_weight, family)]
-        return intervals.bootstrap(spans, _perplexity, spans)
+        return evaluate.perplexity(spans)
     track_perplexity.unit = metrics.PERPLEXITY.unit
 
     @evidence.estimate

@@ -19,7 +19,6 @@ sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUI
 """
 import functools
 import logging
-import math
 
 import torch
 
@@ -139,7 +138,7 @@ def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
             nll.setdefault(name, []).append(decoded[repr(method)])
         log.info("ssa: %d tokens: perplexity at seed %d of %d done", length, seed + 1, PERPLEXITY_SEEDS)
     per_token = {name: [sum(seeds) / len(seeds) for seeds in zip(*runs)] for name, runs in nll.items()}
-    return {name: intervals.bootstrap(xs, lambda ys: math.exp(sum(ys) / len(ys)), xs) for name, xs in per_token.items()}
+    return {name: evaluate_llm.perplexity(xs) for name, xs in per_token.items()}
 
 
 def run(length: int, sparsity: float) -> dict:

@@ -171,6 +171,12 @@ def weights_quality(model: Llama, tokenizer, eos: int, weights: dict[str, torch.
     return nll, [s for task in tasks for s in scores["weights", task]]
 
 
+def perplexity(nll: Sequence[float]):
+    """exp of the mean of per-span (or per-token) NLLs, with a bootstrap interval over them (kept as its samples)."""
+    from claimbench import intervals
+    return intervals.bootstrap(nll, lambda xs: math.exp(sum(xs) / len(xs)), nll)
+
+
 def perplexity_ratio(reference: Sequence[float], method: Sequence[float]):
     """Perplexity of method / of reference on the same spans (per-span NLLs), paired bootstrap."""
     from claimbench import intervals
