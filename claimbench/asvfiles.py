@@ -63,6 +63,22 @@ def run_files(machine_dir: Path) -> dict[str, list[Path]]:
     return runs
 
 
+def selected_runs(results_root: Path, machine: str | None = None, commit: str | None = None):
+    """(machine folder, commit8, files) for each run under an asv results folder, or only one machine's
+    and those of a commit (any prefix of its hash, the first 8 hex digits compared)."""
+    machine_dirs = sorted(p for p in results_root.iterdir() if p.is_dir()) if results_root.is_dir() else []
+    for machine_dir in (d for d in machine_dirs if not machine or d.name == machine):
+        for commit8, files in run_files(machine_dir).items():
+            if not commit or commit8.startswith(commit[:8]):
+                yield machine_dir, commit8, files
+
+
+def no_runs(verb: str, where: str, machine: str | None = None, commit: str | None = None) -> FileNotFoundError:
+    """The error for a selection that found no run: 'no results to <verb> for <machine> at <commit8> under ...'."""
+    wanted = " at ".join(x for x in (machine, commit and commit[:8]) if x)
+    return FileNotFoundError(f"no results to {verb}{' for ' + wanted if wanted else ''} under {where}")
+
+
 def _asv_result(path: Path) -> dict | None:
     """The file's JSON if it is an asv result file (not a run record, evidence or the kernels' file)."""
     if path.suffix != ".json" or path.name.endswith(environment.RECORD_SUFFIX):
@@ -103,28 +119,24 @@ def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, 
     are merged into the target's where it holds that commit already; the machine's `machine.json` and
     environment record are copied; `benchmarks.json` takes the source's entries for the benchmarks
     the copied results hold."""
-    copied, benchmarks = [], set()
-    machine_dirs = sorted(p for p in source_root.iterdir() if p.is_dir()) if source_root.is_dir() else []
-    for machine_dir in (d for d in machine_dirs if not machine or d.name == machine):
-        runs = {c: files for c, files in run_files(machine_dir).items() if not commit or c.startswith(commit[:8])}
-        if not runs:
-            continue
+    copied, benchmarks, machine_dirs = [], set(), set()
+    for machine_dir, commit8, files in selected_runs(source_root, machine, commit):
         target_dir = target_root / machine_dir.name
         target_dir.mkdir(parents=True, exist_ok=True)
-        for commit8, files in runs.items():
-            for path in files:
-                if (target_dir / path.name).exists():
-                    _merge_into(path, target_dir / path.name)
-                else:
-                    shutil.copyfile(path, target_dir / path.name)
-                benchmarks.update((_asv_result(path) or {}).get("results", {}))
-            copied.append(f"{machine_dir.name}/{commit8}")
+        for path in files:
+            if (target_dir / path.name).exists():
+                _merge_into(path, target_dir / path.name)
+            else:
+                shutil.copyfile(path, target_dir / path.name)
+            benchmarks.update((_asv_result(path) or {}).get("results", {}))
+        copied.append(f"{machine_dir.name}/{commit8}")
+        machine_dirs.add(machine_dir)
+    for machine_dir in sorted(machine_dirs):
         for name in SHARED_FILES:
             if (machine_dir / name).exists():
-                shutil.copyfile(machine_dir / name, target_dir / name)
+                shutil.copyfile(machine_dir / name, target_root / machine_dir.name / name)
     if not copied:
-        wanted = " for " + " at ".join(x for x in (machine, commit and commit[:8]) if x) if machine or commit else ""
-        raise FileNotFoundError(f"no results to copy{wanted} under {source_root}")
+        raise no_runs("copy", str(source_root), machine, commit)
     if benchmarks:  # (a folder holding only the kernels' files has no benchmarks.json, and needs none)
         source_meta = json.loads((source_root / "benchmarks.json").read_text())
         meta_path = target_root / "benchmarks.json"

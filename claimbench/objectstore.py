@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import evidence
-from .asvfiles import SHARED_FILES, run_files
+from .asvfiles import SHARED_FILES, no_runs, selected_runs
 
 SCHEME = "s3://"
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -95,24 +95,16 @@ def publish(url: str, results_roots: dict[str, Path], machine: str | None = None
     report = PublishReport(url)
     for mode, root in results_roots.items():
         meta = root / "benchmarks.json"
-        if not root.is_dir():
-            continue
-        for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            if machine and machine_dir.name != machine:
-                continue
-            for commit8, files in run_files(machine_dir).items():
-                if commit and not commit8.startswith(commit[:8]):
-                    continue
-                key = "/".join(part for part in (bucket, prefix, machine_dir.name, f"{commit8}-{mode}") if part)
-                uploads = files + [machine_dir / name for name in SHARED_FILES if (machine_dir / name).exists()]
-                uploads += [meta] if meta.exists() else []
-                for path in uploads:
-                    _calling(url, f"write {key}/{path.name}", lambda p=path: fs.pipe(f"{key}/{p.name}", p.read_bytes()))
-                report.runs.append(f"{machine_dir.name}/{commit8}-{mode}")
-                report.files += len(uploads)
+        for machine_dir, commit8, files in selected_runs(root, machine, commit):
+            key = "/".join(part for part in (bucket, prefix, machine_dir.name, f"{commit8}-{mode}") if part)
+            uploads = files + [machine_dir / name for name in SHARED_FILES if (machine_dir / name).exists()]
+            uploads += [meta] if meta.exists() else []
+            for path in uploads:
+                _calling(url, f"write {key}/{path.name}", lambda p=path: fs.pipe(f"{key}/{p.name}", p.read_bytes()))
+            report.runs.append(f"{machine_dir.name}/{commit8}-{mode}")
+            report.files += len(uploads)
     if not report.runs:
-        wanted = " for " + " at ".join(x for x in (machine, commit and commit[:8]) if x) if machine or commit else ""
-        raise FileNotFoundError(f"no results to publish{wanted} under {', '.join(map(str, results_roots.values()))}")
+        raise no_runs("publish", ", ".join(map(str, results_roots.values())), machine, commit)
     return report
 
 
