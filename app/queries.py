@@ -12,11 +12,7 @@ import os
 import pandas as pd
 import streamlit as st
 
-from claimbench import alerts as A
-from claimbench import inputs, machinespeed
-from claimbench import registry as R
-from claimbench import store
-from claimbench import verdicts as V
+from claimbench import alerts, inputs, machinespeed, registry, store, verdicts
 from claimbench.report import BADGE
 
 READ_WAIT_S = 10.0
@@ -46,7 +42,7 @@ def has_results(version) -> bool:
 
 @st.cache_data(show_spinner=False)
 def papers() -> pd.DataFrame:
-    reg = R.load()
+    reg = registry.load()
     return pd.DataFrame([dict(paper=p.id, title=p.title, tier=p.tier, task=p.task, suite=p.suite or "",
                               method=p.method or "", baselines=", ".join(p.baselines), claims=len(p.claims))
                          for p in reg.papers])
@@ -55,14 +51,14 @@ def papers() -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def claims(version) -> pd.DataFrame:
     """One row per claim and machine: the latest verdict, computed live from the results."""
-    latest = _read(lambda con: V.compute(con, R.load(), store_history=False))
-    reg = R.load()
+    latest = _read(lambda con: verdicts.compute(con, registry.load(), store_history=False))
+    reg = registry.load()
     tiers = {p.id: p.tier for p in reg.papers}
     rows = []
     by_claim = {}
     for v in latest:
         by_claim.setdefault(v.claim.key, []).append(v)
-    across = {key: V.across_machines(verdicts) for key, verdicts in by_claim.items()}
+    across = {key: verdicts.across_machines(claim_verdicts) for key, claim_verdicts in by_claim.items()}
     for v in latest:
         c = v.claim
         rows.append(dict(paper=c.paper_id, tier=tiers[c.paper_id], claim=c.id, claimed=c.claimed_text,
@@ -84,7 +80,7 @@ def by_machine(claims_df: pd.DataFrame) -> pd.DataFrame:
     out = claims_df.drop_duplicates(keys)[["paper", "tier", "claim", "claimed"]].set_index(keys)
     for machine in machines:
         part = claims_df[claims_df["machine"] == machine].set_index(keys)
-        unmeasured = (part["verdict"] == V.NOT_MEASURED) & (part["commit"] == "")
+        unmeasured = (part["verdict"] == verdicts.NOT_MEASURED) & (part["commit"] == "")
         out[machine] = part["badge"].where(~unmeasured, f"not measured on {machine}")
         out[f"{machine} · measured"] = part["interval"].where(~unmeasured, "")
         out[f"{machine} · commit"] = part["commit"]
@@ -128,7 +124,7 @@ def latest_per_machine(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     rank = df["mode"].fillna(inputs.UNRECORDED).map(
-        {m: i for i, m in enumerate(V.MODE_PREFERENCE)}).fillna(len(V.MODE_PREFERENCE))
+        {m: i for i, m in enumerate(verdicts.MODE_PREFERENCE)}).fillna(len(verdicts.MODE_PREFERENCE))
     df = df[rank == rank.groupby([df["machine"], df["benchmark"]]).transform("min")]
     newest = df.groupby(["machine", "benchmark"])["commit_date"].transform("max")
     return df[df["commit_date"] == newest]
@@ -141,7 +137,7 @@ def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     return df
 
 
-def _board_methods(spec: R.Board, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _board_methods(spec: registry.Board, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """method -> its rows, from named benchmarks or from the values of one benchmark's parameter."""
     if spec.methods:
         return {m: df[df["benchmark"] == bench] for m, bench in spec.methods.items()}
@@ -149,7 +145,7 @@ def _board_methods(spec: R.Board, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {m: part[part[spec.method_param] == m] for m in part.get(spec.method_param, pd.Series(dtype=str)).unique()}
 
 
-def _gate(spec: R.Board, df: pd.DataFrame, method: str, row) -> str:
+def _gate(spec: registry.Board, df: pd.DataFrame, method: str, row) -> str:
     """passed / failed / none: the method's gate on the same machine, at every parameter the gate's rows
     share with the row (a gate without that parameter applies to every value of it)."""
     rule = spec.gated.get(method) or spec.gated.get("*")
@@ -166,7 +162,7 @@ def _gate(spec: R.Board, df: pd.DataFrame, method: str, row) -> str:
 @st.cache_data(show_spinner=False)
 def board(version, task: str) -> pd.DataFrame:
     """Methods ranked per machine and group; a method that failed its gate is listed, unranked."""
-    spec = R.load().board(task)
+    spec = registry.load().board(task)
     everything = latest_per_machine(results(version, spec.suite + "."))
     df = _match(everything, spec.where)
     rows = [dict(machine=r["machine"] + (" · quick" if r["mode"] == "quick" else ""), group=r[spec.group],
@@ -193,7 +189,7 @@ def _natural(column: pd.Series) -> pd.Series:
 def tradeoff(version, paper: str) -> pd.DataFrame:
     """(machine, group, method, quality, speed with its 95% interval, gate) per operating point of the
     paper's trade-off, newest commit per machine."""
-    spec = R.load().paper(paper).tradeoff
+    spec = registry.load().paper(paper).tradeoff
     df = latest_per_machine(results(version, spec.quality.split(".")[0] + "."))
     keys = ["machine", spec.group, spec.point]
     columns = ["machine", "group", "point", "method", "quality", "speed", "speed_low", "speed_high", "gate"]
@@ -218,7 +214,7 @@ def tradeoff(version, paper: str) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def sweep(version, paper: str) -> pd.DataFrame:
     """(machine, x, series, metric, value) of the paper's sweep, newest commit per machine."""
-    spec = R.load().paper(paper).sweep
+    spec = registry.load().paper(paper).sweep
     df = latest_per_machine(results(version, spec.prefix))
     rows = [dict(machine=r["machine"], x=r[spec.x], series=r[spec.series], metric=label, value=r["value"])
             for name, label in spec.metrics.items()
@@ -238,14 +234,15 @@ def pareto(df: pd.DataFrame) -> pd.Series:
 
 
 @st.cache_data(show_spinner=False)
-def alerts(version) -> pd.DataFrame:
+def alert_table(version) -> pd.DataFrame:
     """Regressions, gate failures and verdict flips, computed live, open ones first, newest first."""
     def query(con):
         if con is None:
             return []
-        latest, history = V.compute_with_history(con, R.load(), store_history=False)
-        return A.acknowledge(A.regressions(con, A.Thresholds.from_pyproject()) + A.gate_and_flip_alerts(latest, history)
-                             + A.budget_alerts(con), A.acknowledgements())
+        latest, history = verdicts.compute_with_history(con, registry.load(), store_history=False)
+        found = (alerts.regressions(con, alerts.Thresholds.from_pyproject()) + alerts.gate_and_flip_alerts(latest, history)
+                 + alerts.budget_alerts(con))
+        return alerts.acknowledge(found, alerts.acknowledgements())
     found = _read(query)
     df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,
                             commit=(a.commit_hash or "")[:8], commit_date=a.commit_date, before=a.before,

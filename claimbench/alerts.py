@@ -55,8 +55,7 @@ from pathlib import Path
 
 from asv import step_detect
 
-from . import codepath, inputs, intervals, machinespeed, metrics
-from . import verdicts as V
+from . import codepath, inputs, intervals, machinespeed, metrics, verdicts
 from .registry import REPO_ROOT
 
 KINDS = ("regression", "gate", "flip", "budget")
@@ -280,11 +279,11 @@ def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
             f"imports and the shipped data: {len(codepath.files(suite, root))} files), {cause}")
 
 
-def gate_and_flip_alerts(latest: list[V.Verdict], history: list[V.Verdict]) -> list[Alert]:
+def gate_and_flip_alerts(latest: list[verdicts.Verdict], history: list[verdicts.Verdict]) -> list[Alert]:
     alerts = [Alert("gate", v.claim.gate.benchmark, "", v.machine, v.commit_hash, v.commit_date, None, None,
                     f"{v.claim.key}: {v.reason}", mode=v.mode, inputs=v.inputs)
               for v in latest if v.gate in ("failed", "partly") and v.claim.gate]
-    for f in V.flips(history):
+    for f in verdicts.flips(history):
         alerts.append(Alert("flip", f["claim_key"], "", f["machine"], f["commit_hash"], f["commit_date"], None, None,
                             f"{f['claim_key']}: {f['before']} at {f['before_commit'][:8]} -> {f['after']} "
                             f"at {f['commit_hash'][:8]} ({f['mode']} runs)", mode=f["mode"], inputs=f["inputs"]))
@@ -313,7 +312,7 @@ def budget_alerts(con, root: Path = REPO_ROOT) -> list[Alert]:
 
 def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None) -> list[Alert]:
     """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these."""
-    latest, history = V.compute_with_history(con, registry)
+    latest, history = verdicts.compute_with_history(con, registry)
     found = acknowledge(regressions(con, thresholds) + gate_and_flip_alerts(latest, history) + budget_alerts(con),
                         acknowledged or {})
     found.sort(key=lambda a: (a.status == "open", a.commit_date is not None, a.commit_date or 0), reverse=True)

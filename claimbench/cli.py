@@ -6,11 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import alerts as A
-from . import ingest as I
-from . import registry as R
-from . import report, runner, store
-from . import verdicts as V
+from . import alerts, ingest, registry, report, runner, store, verdicts
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -24,7 +20,7 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
-    reg = R.load(args.papers)
+    reg = registry.load(args.papers)
     if args.serve:
         if args.paper or args.bench:
             raise ValueError("--serve runs every suite, one at a time; leave out --paper and --bench")
@@ -35,7 +31,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_ingest(args) -> int:
-    rep = I.ingest(args.paths, db=args.db, wait_s=args.wait, endpoint_url=args.endpoint_url)
+    rep = ingest.ingest(args.paths, db=args.db, wait_s=args.wait, endpoint_url=args.endpoint_url)
     print(rep.summary())
     return 0 if rep.ok else 1
 
@@ -62,7 +58,7 @@ def cmd_fleet_run(args) -> int:
         raise ValueError("name at least one machine kind: --on NAME[:RESOURCE=AMOUNT,...] (repeatable)")
     if not args.paper and not args.bench:
         raise ValueError("choose what to run: --paper ID or --bench REGEX (repeatable)")
-    reg = R.load(args.papers)
+    reg = registry.load(args.papers)
     for pid in args.paper or []:
         runner.bench_patterns(reg, [pid])  # an unknown paper or one without a suite fails here, not on a node
     spec = fleet.FleetRun(kinds=[fleet.Kind.parse(k) for k in args.on], papers=args.paper or [],
@@ -77,10 +73,10 @@ def cmd_fleet_run(args) -> int:
     return 0 if all(o.status != "failed" for o in outcomes) else 1
 
 
-def _verdicts(args, con) -> list[V.Verdict]:
-    reg = R.load(args.papers)
-    V.sync_registry(con, reg)
-    return V.compute(con, reg)
+def _verdicts(args, con) -> list[verdicts.Verdict]:
+    reg = registry.load(args.papers)
+    verdicts.sync_registry(con, reg)
+    return verdicts.compute(con, reg)
 
 
 def cmd_claims(args) -> int:
@@ -99,9 +95,9 @@ def cmd_alerts(args) -> int:
         if not pattern:
             raise SystemExit(f"--threshold wants PATTERN=VALUE, got {item!r}")
         overrides[pattern] = float(value)
-    thresholds = A.Thresholds.from_pyproject(overrides=overrides)
+    thresholds = alerts.Thresholds.from_pyproject(overrides=overrides)
     with store.connect(args.db) as con:
-        found = A.evaluate(con, R.load(args.papers), thresholds, A.acknowledgements())
+        found = alerts.evaluate(con, registry.load(args.papers), thresholds, alerts.acknowledgements())
     from tabulate import tabulate
     if found:
         print(tabulate([[a.kind, a.status, a.benchmark, a.params, a.machine, (a.commit_hash or "")[:8],
@@ -111,9 +107,9 @@ def cmd_alerts(args) -> int:
         print("No open regressions, gate failures or verdict flips.")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(A.markdown(found))
+        Path(args.markdown).write_text(alerts.markdown(found))
         print(f"wrote {args.markdown}")
-    fail_kinds = set(A.KINDS) if "any" in (args.fail_on or []) else set(args.fail_on or [])
+    fail_kinds = set(alerts.KINDS) if "any" in (args.fail_on or []) else set(args.fail_on or [])
     failing = [a for a in found if a.kind in fail_kinds and a.status == "open"]
     if failing:
         print(f"claimbench alerts: {len(failing)} alert(s) of kind {', '.join(sorted(fail_kinds))}: failing",
@@ -123,10 +119,10 @@ def cmd_alerts(args) -> int:
 
 
 def cmd_report(args) -> int:
-    reg = R.load(args.papers)
+    reg = registry.load(args.papers)
     with store.connect(args.db) as con:
-        V.sync_registry(con, reg)
-        latest = V.compute(con, reg)
+        verdicts.sync_registry(con, reg)
+        latest = verdicts.compute(con, reg)
     for path in report.write(reg, latest, Path(args.out)):
         print(f"wrote {path}")
     return 0
@@ -151,7 +147,7 @@ def cmd_kernels(args) -> int:
     rc, path = runner.run_kernels(args.machine, pattern=args.k)
     if args.no_ingest or not path.exists():
         return rc
-    rep = I.ingest([path], db=args.db)
+    rep = ingest.ingest([path], db=args.db)
     print(rep.summary())
     return rc or (0 if rep.ok else 1)
 
@@ -230,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("alerts", help="regressions (asv step detection), gate failures, verdict flips")
     _add_db(p)
     p.add_argument("--markdown", help="also write the alerts as markdown (for a PR comment)")
-    p.add_argument("--fail-on", action="append", choices=[*A.KINDS, "any"],
+    p.add_argument("--fail-on", action="append", choices=[*alerts.KINDS, "any"],
                    help="exit 1 when an alert of this kind is open (repeatable)")
     p.add_argument("--threshold", action="append", metavar="PATTERN=VALUE",
                    help="relative step threshold for benchmarks matching PATTERN ('*' = default)")
@@ -238,7 +234,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write reports/index.md and one page per paper")
     _add_db(p)
-    p.add_argument("--out", default=str(R.REPO_ROOT / "reports"))
+    p.add_argument("--out", default=str(registry.REPO_ROOT / "reports"))
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("kernels", help="the kernel micro-benchmarks (pytest-benchmark, kernels/) on this machine, "
@@ -268,7 +264,8 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (R.RegistryError, store.StoreError, ValueError, RuntimeError, FileNotFoundError, PermissionError) as e:
+    except (registry.RegistryError, store.StoreError, ValueError, RuntimeError, FileNotFoundError,
+            PermissionError) as e:
         print(f"claimbench {args.command}: {e}", file=sys.stderr)
         return 2
 

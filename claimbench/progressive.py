@@ -25,8 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import alerts, asvfiles, ingest, localservices, metrics, report, runner, store
-from . import verdicts as V
+from . import alerts, asvfiles, ingest, localservices, metrics, report, runner, store, verdicts
 from .registry import REPO_ROOT, Registry
 
 PROGRESS = "progress.json"  # beside the store
@@ -170,8 +169,8 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
             progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}{built}")
         progress_path(db).unlink(missing_ok=True)
         with store.connect(db) as con:
-            V.sync_registry(con, registry)
-            latest = V.compute(con, registry)
+            verdicts.sync_registry(con, registry)
+            latest = verdicts.compute(con, registry)
             found = alerts.evaluate(con, registry, alerts.Thresholds.from_pyproject(), alerts.acknowledgements())
         progress(report.claims_table(latest))
         opened = sum(a.status == "open" for a in found)

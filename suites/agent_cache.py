@@ -13,7 +13,7 @@ Pass rates on real agent benchmarks need a strong LLM: not testable offline.
 """
 from claimbench import agentcost, evidence, intervals, metrics
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
-from claimbench.datasets import agent_trajectories as AT
+from claimbench.datasets import agent_trajectories
 from claimbench.impl.agent_cache import KVDrop
 
 from . import common
@@ -36,7 +36,7 @@ def costs(policies: dict, tasks: int = TASKS) -> dict:
     prices = agentcost.load_prices()
     per_task = {}
     for seed in range(tasks):
-        traj = AT.generate(AT.GeneratorParams(), seed)
+        traj = agent_trajectories.generate(agent_trajectories.GeneratorParams(), seed)
         for name, policy in policies.items():
             s = agentcost.summarize(policy, traj, prices, WINDOW)
             for p in prices:
@@ -96,7 +96,7 @@ def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: i
 
     scores = {}
     for seed in range(sessions):
-        session = AT.tool_session(seed, n_outputs)
+        session = agent_trajectories.tool_session(seed, n_outputs)
         outputs = [i for i, (kind, _) in enumerate(session.turns) if kind == "tool_output"]
         old = set(outputs[:-keep_last])
         for label, which in (("recent", n_outputs - 1 - seed % keep_last), ("old", seed % (n_outputs - keep_last))):

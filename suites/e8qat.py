@@ -27,8 +27,7 @@ import torch
 from claimbench import evidence, intervals, metrics
 from claimbench.baselines import two_bit
 from claimbench.baselines.weight_compression import block_linears
-from claimbench.datasets import longcontext as LC
-from claimbench.datasets import text
+from claimbench.datasets import longcontext, text
 from claimbench.impl import e8qat
 from claimbench.llm import evaluate
 
@@ -46,7 +45,7 @@ METHODS = ["fp32", *PTQ, *QAT]
 STEPS, BATCH, LENGTH = (3, 2, 64) if QUICK else (60, 4, 128)
 CURVE = [str(s) for s in range(1, STEPS + 1)] if QUICK else [str(s) for s in range(5, STEPS + 1, 5)]
 PREFIX, SCORED, SPANS = (64, 128, 10) if QUICK else (64, 448, 16)
-TASKS = {LC.COMPLETION: 5, "niah-single": 5} if QUICK else {LC.COMPLETION: 12, "niah-single": 12}
+TASKS = {longcontext.COMPLETION: 5, "niah-single": 5} if QUICK else {longcontext.COMPLETION: 12, "niah-single": 12}
 TASK_LENGTH, NEW_TOKENS = (400, 10) if QUICK else (600, 10)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import alerts, asvfiles, environment, evidence, ingest, intervals, metrics, store
-from claimbench.datasets import alert_histories as AH
+from claimbench.datasets import alert_histories
 
 from . import common
 
@@ -144,7 +144,7 @@ def planted_outcomes(shape: str, drop: float, direction: str, trials: int = ALER
     elsewhere (a false alarm; every alert is one for an improvement or no drop)."""
     hits, false = [], []
     for seed in range(trials):
-        values, start = AH.planted(shape, drop, direction, seed)
+        values, start = alert_histories.planted(shape, drop, direction, seed)
         found = {after for _, after, _, _, _ in alerts.detect(values, direction, ALERT_THRESHOLD)}
         planted_here = {start, start + 1} if drop > 0 and shape != "improvement" else set()
         hits.append(bool(found & planted_here))
@@ -153,12 +153,12 @@ def planted_outcomes(shape: str, drop: float, direction: str, trials: int = ALER
 
 
 class AlertRecall:
-    params = (list(AH.SHAPES), DROPS, DIRECTIONS)
+    params = (list(alert_histories.SHAPES), DROPS, DIRECTIONS)
     param_names = ["shape", "drop", "direction"]
     timeout = 1200
 
     def setup_cache(self):
-        return {(s, d, x): planted_outcomes(s, d, x) for s in AH.SHAPES for d in DROPS for x in DIRECTIONS}
+        return {(s, d, x): planted_outcomes(s, d, x) for s in alert_histories.SHAPES for d in DROPS for x in DIRECTIONS}
 
     @evidence.estimate
     def track_recall(self, r, shape, drop, direction):
@@ -174,13 +174,13 @@ class AlertRecall:
 
 
 class AlertSummary:
-    params = ([s for s in AH.SHAPES if s != "improvement"], DIRECTIONS)
+    params = ([s for s in alert_histories.SHAPES if s != "improvement"], DIRECTIONS)
     param_names = ["shape", "direction"]
     timeout = 1200
 
     def setup_cache(self):
         return {(s, x): {d: planted_outcomes(s, d, x)["recall"].value for d in DROPS if d > 0}
-                for s in AH.SHAPES if s != "improvement" for x in DIRECTIONS}
+                for s in alert_histories.SHAPES if s != "improvement" for x in DIRECTIONS}
 
     def track_smallest_drop_at_95_recall(self, r, shape, direction):
         caught = [d for d, recall in sorted(r[shape, direction].items()) if recall >= 0.95]
@@ -196,7 +196,7 @@ def store_alerts(kind: str, trials: int) -> list[bool]:
     series' own next commit ('full', the positive control). True where a regression was raised."""
     raised = []
     for seed in range(trials):
-        values, _ = AH.planted("flat", 0.0, "higher", seed)
+        values, _ = alert_histories.planted("flat", 0.0, "higher", seed)
         with tempfile.TemporaryDirectory(prefix="claimbench-alerts-") as tmp:
             root = Path(tmp)
             for i, v in enumerate(values + [values[-1] * 0.5]):

@@ -13,7 +13,7 @@ import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import measure, metrics
-from claimbench.datasets import longcontext as LC
+from claimbench.datasets import longcontext
 from claimbench.llm import evaluate
 
 from . import common
@@ -85,7 +85,7 @@ class Throughput(common.ComputedOnce):
         ids = torch.randint(0, model.config.vocab_size, (1, DECODE_CONTEXT), generator=gen)
         times = decode_times(model, hf, ids, DECODE_STEPS)
         out.update({(f"decode-{DECODE_CONTEXT}", impl): DECODE_STEPS / measure.median(t) for impl, t in times.items()})
-        text = torch.tensor([tok.encode(LC.perplexity_text(20_000 if QUICK else 100_000)).ids])
+        text = torch.tensor([tok.encode(longcontext.perplexity_text(20_000 if QUICK else 100_000)).ids])
         out["ppl", "claimbench"] = evaluate.windowed_perplexity(lambda x: model(x), text)
         out["ppl", "transformers"] = evaluate.windowed_perplexity(lambda x: hf(x).logits, text)
         return out
@@ -125,15 +125,14 @@ if QUICK:  # 8K prefill is a full-mode measurement
 class DenseAccuracy(common.ComputedOnce):
     """Dense attention's score on each long-context task at 4K, the completion task included: the
     reference for sparse and compressed methods."""
-    params = ([*LC.TASKS, LC.COMPLETION],)
+    params = ([*longcontext.TASKS, longcontext.COMPLETION],)
     param_names = ["task"]
     timeout = 3600
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
-        scores = evaluate.task_accuracy(model, tok, eos, lambda: {"dense": None},
-                                        {task: TASK_SAMPLES for task in [*LC.TASKS, LC.COMPLETION]}, TASK_LENGTH,
-                                        new_tokens=32)
+        tasks = {task: TASK_SAMPLES for task in [*longcontext.TASKS, longcontext.COMPLETION]}
+        scores = evaluate.task_accuracy(model, tok, eos, lambda: {"dense": None}, tasks, TASK_LENGTH, new_tokens=32)
         return {task: sum(v) / len(v) for (_, task), v in scores.items()}
 
     def track_accuracy(self, scores, task):

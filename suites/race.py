@@ -31,8 +31,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, measure, metrics
 from claimbench.baselines.head_dim import FrequencyPairs, FullModel, LowRankKeys, NormProduct, RandomPairs, ThinK
-from claimbench.datasets import longcontext as LC
-from claimbench.datasets import text
+from claimbench.datasets import longcontext, text
 from claimbench.impl.race import RACE
 from claimbench.llm import evaluate, headdim
 from claimbench.llm.model import LlamaConfig
@@ -101,7 +100,7 @@ def accuracy(model, tok, eos, fitted: dict) -> dict:
                   and (not longest or key[1] in LONG_ACCURACY)}
         scores = evaluate.applied_task_accuracy(
             model, tok, eos, {key: (lambda m=m: m.apply(model)) for key, m in chosen.items()},
-            {LC.COMPLETION: ACCURACY_SAMPLES}, length - 40, new_tokens=10)
+            {longcontext.COMPLETION: ACCURACY_SAMPLES}, length - 40, new_tokens=10)
         out.update({(label, *key): v for (key, _), v in scores.items()})
     return out
 

@@ -27,8 +27,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, measure, metrics
 from claimbench.baselines import weight_compression
-from claimbench.datasets import longcontext as LC
-from claimbench.datasets import text
+from claimbench.datasets import longcontext, text
 from claimbench.impl import sparsity24
 from claimbench.llm import evaluate
 
@@ -44,7 +43,7 @@ GRID = ({"fp16": [FP16], "rtn": [5], "wanda-2:4": [8]} if QUICK else
          "wanda-2:4": [FP16, 8, 6, 4], "sparsegpt-2:4": [FP16, 8, 6, 4]})
 CALIBRATION_TOKENS, CALIBRATION_ROW = (2048, 512) if QUICK else (8192, 512)
 PREFIX, SCORED, SPANS = (64, 128, 10) if QUICK else (64, 448, 16)
-TASKS = {LC.COMPLETION: 5, "niah-single": 5} if QUICK else {LC.COMPLETION: 12, "niah-single": 12}
+TASKS = {longcontext.COMPLETION: 5, "niah-single": 5} if QUICK else {longcontext.COMPLETION: 12, "niah-single": 12}
 TASK_LENGTH, NEW_TOKENS = (400, 10) if QUICK else (600, 10)
 TOKENS = ["1"] if QUICK else ["1", "256"]
 ROUNDS, CALLS_PER_ROUND = (3, 5) if QUICK else (9, 20)

@@ -26,7 +26,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from claimbench import evidence, intervals, metrics
 from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
-from claimbench.datasets import longcontext as LC
+from claimbench.datasets import longcontext
 from claimbench.impl.ssa import SSA
 from claimbench.llm import evaluate as evaluate_llm
 from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy
@@ -96,7 +96,9 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
     returns (fresh ones per sample; make(seed) draws with another seed), sharing one prefill per sample."""
     model, tok, eos = common.smollm2()
     names = list(make())
-    tasks = {task: samples for task in LC.TASKS} | ({LC.COMPLETION: completion_samples} if completion_samples else {})
+    tasks = {task: samples for task in longcontext.TASKS}
+    if completion_samples:
+        tasks[longcontext.COMPLETION] = completion_samples
     errors = {name: [] for name in names}
 
     def probe(task, seed, cache, token):  # one decode step with every method on the same q/k/v
@@ -110,10 +112,12 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
     scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe)
     log.info("ssa: %d tokens: perplexity of each method", length)
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
-              "completion": {name: scores[name, LC.COMPLETION] for name in names} if completion_samples else {},
+              "completion": ({name: scores[name, longcontext.COMPLETION] for name in names}
+                             if completion_samples else {}),
               "error": {k: sum(v) / len(v) for k, v in errors.items()},
               "perplexity": perplexity(model, tok, length, make)}
-    result["mean"] = {name: sum(result["accuracy"][name, t] for t in LC.TASKS) / len(LC.TASKS) for name in names}
+    result["mean"] = {name: sum(result["accuracy"][name, task] for task in longcontext.TASKS) / len(longcontext.TASKS)
+                      for name in names}
     return result
 
 
@@ -124,7 +128,7 @@ def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
     seeds of the methods' own draws (make(seed); a method whose settings no seed changes, as its
     dataclass fields show, decodes once), and the interval is a bootstrap over the tokens. One seed
     alone moves a lot: SSA at 4K and 50x gave 32.6 to 50.0 over seeds 0-4 (one code, before 40131f2)."""
-    ids = tok.encode(LC.perplexity_text(8 * (length + PERPLEXITY_TOKENS))).ids
+    ids = tok.encode(longcontext.perplexity_text(8 * (length + PERPLEXITY_TOKENS))).ids
     if len(ids) < length + PERPLEXITY_TOKENS:
         raise ValueError(f"license texts give {len(ids)} tokens; perplexity at {length} needs "
                          f"{length + PERPLEXITY_TOKENS}")

@@ -38,8 +38,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 from claimbench import evidence, intervals, measure, metrics
 from claimbench.baselines import token_pruning
 from claimbench.baselines.token_pruning import FastKV, FullPrefill, GemFilter, SnapKV
-from claimbench.datasets import longcontext as LC
-from claimbench.datasets import vectors
+from claimbench.datasets import longcontext, vectors
 from claimbench.impl import tokengate
 from claimbench.llm import evaluate, smollm
 
@@ -73,7 +72,7 @@ CHAT_NEW_TOKENS = 32
 def needle_prompt(tok, length: int, seed: int, answered: bool = False):
     """The completion sample of about `length` tokens with this seed, as accuracy evaluates it (with its
     answer after the prompt when `answered`): the sample, its token ids and the needle value's token indices."""
-    sample = LC.make(LC.COMPLETION, length, evaluate.token_counter(tok), seed)
+    sample = longcontext.make(longcontext.COMPLETION, length, evaluate.token_counter(tok), seed)
     encoding = tok.encode(sample.prompt() + (f": {sample.answers[0]}." if answered else ""))
     start = sample.context.index(sample.answers[0])
     end = start + len(sample.answers[0])
@@ -83,7 +82,7 @@ def needle_prompt(tok, length: int, seed: int, answered: bool = False):
 def training_rows(tok) -> torch.Tensor:
     """(N, length) token rows: windows of the license texts' first half, and the last `length` tokens of
     completion samples that end with their answer (those whose needle falls in that window)."""
-    ids = tok.encode(LC.perplexity_text()).ids
+    ids = tok.encode(longcontext.perplexity_text()).ids
     first = ids[:len(ids) // 2]
     n = TRAINING.length
     rows = [first[i:i + n] for i in range(0, len(first) - n, n)][:64]
@@ -150,7 +149,7 @@ def chat_samples(tok):
     count = evaluate.token_counter(tok)
     for task in CHAT_TASKS:
         for seed in range(CHAT_SAMPLES):
-            sample = LC.make(task, CONTEXTS[CHAT_CONTEXT] - 40, count, seed)
+            sample = longcontext.make(task, CONTEXTS[CHAT_CONTEXT] - 40, count, seed)
             yield task, sample, tok.encode(sample.prompt()).ids
 
 
@@ -182,13 +181,13 @@ def accuracy(model, tok, eos, prepared, samples, new_tokens: int = NEW_TOKENS) -
             key = (group, method, keep)
             shares.setdefault(key, []).append(computed_share(model, pruning, cache, len(ids) - 1))
             out = evaluate.decode(model, cache, None, new_tokens, eos, token=ids[-1])
-            scores.setdefault(key, []).append(LC.score(sample, tok.decode(out)))
+            scores.setdefault(key, []).append(longcontext.score(sample, tok.decode(out)))
     return scores, {key: sum(v) / len(v) for key, v in shares.items()}
 
 
 def continuation_nll(model, tok, prepared) -> dict:
     """(context, method, keep) -> mean NLL of SCORED held-out tokens after a context-long prefix, per segment."""
-    ids = tok.encode(LC.perplexity_text()).ids
+    ids = tok.encode(longcontext.perplexity_text()).ids
     held_out = ids[len(ids) // 2:]
     out = {}
     for label, length in {PERPLEXITY_CONTEXT: CONTEXTS[PERPLEXITY_CONTEXT]}.items():

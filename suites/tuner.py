@@ -20,8 +20,7 @@ from pathlib import Path
 from claimbench import evidence, measure, metrics
 from claimbench.baselines import engine_build
 from claimbench.baselines.engine_build import OrtBackend
-from claimbench.datasets import onnx_workloads as W
-from claimbench.datasets import vectors
+from claimbench.datasets import onnx_workloads, vectors
 from claimbench.impl.tuner import Tuner
 
 from . import common
@@ -30,10 +29,10 @@ QUICK = common.QUICK
 log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 450  # seconds in quick mode on 2 cores (its first run, building its cached inputs, took 381 s)
 INPUTS = ("corpus", "smollm2-135m", "all-minilm-l6-v2")  # MiniLM's and SmolLM2's feeds and held-out text
-WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(W.WORKLOADS)
+WORKLOADS = ["cnn-small", "vit-tiny", "minilm-l6"] if QUICK else list(onnx_workloads.WORKLOADS)
 MODE = "fast" if QUICK else "mixed"
 BUDGET_S = 120 if QUICK else 600  # per workload
-OLIVE_WORKLOADS = ["cnn-small"] if QUICK else list(W.WORKLOADS)
+OLIVE_WORKLOADS = ["cnn-small"] if QUICK else list(onnx_workloads.WORKLOADS)
 OLIVE_BUDGET_S = 30 if QUICK else 60  # each of Olive's two workflows per workload
 OLIVE_GATING_BUDGET_S = 60 if QUICK else 120  # then gating its candidates, in olive_search.search's order
 
@@ -58,7 +57,7 @@ def workload_result(r: dict, workload: str) -> dict:
 
 def tune(name: str) -> dict:
     try:
-        workload = W.load(name)
+        workload = onnx_workloads.load(name)
         with tempfile.TemporaryDirectory() as tmp:
             result = Tuner(OrtBackend(), workload, mode=MODE, budget_s=BUDGET_S, repeats=5 if QUICK else 20,
                            cache=route_cache(name), workdir=Path(tmp)).run(progress=log.info)
@@ -119,7 +118,7 @@ class Tuned:
 def olive(name: str) -> dict:
     try:
         from claimbench.baselines import olive_search
-        workload = W.load(name)
+        workload = onnx_workloads.load(name)
         with tempfile.TemporaryDirectory() as tmp:
             candidates = olive_search.search(workload, Path(tmp), OLIVE_BUDGET_S)
             result = Tuner(olive_search.OliveCandidates(candidates), workload, mode="fast",

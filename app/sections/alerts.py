@@ -10,7 +10,7 @@ from claimbench.app import queries, views
 version = queries.db_version()
 st.title("Alerts")
 views.empty_notice(queries.has_results(version))
-df = queries.alerts(version)
+df = queries.alert_table(version)
 open_count = int((df["status"] == "open").sum())
 if not open_count:
     st.success("No open regressions, gate failures or verdict flips.")

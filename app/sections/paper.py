@@ -103,7 +103,7 @@ chosen = chosen or series or (benchmarks[0] if benchmarks else None)
 history = raw[raw["benchmark"] == chosen] if chosen else raw.iloc[0:0]
 if not history.empty:
     st.subheader(f"`{chosen}` over commits")
-    alerts = queries.alerts(version)
+    alerts = queries.alert_table(version)
     alerts = alerts[(alerts["benchmark"] == chosen) & (alerts["kind"] == "regression")]
     st.caption("One line per parameter combination, machine and run mode (quick and full runs are separate "
                "series); bars: 95% intervals where they were recorded.")

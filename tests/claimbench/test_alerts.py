@@ -3,8 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from claimbench import alerts as A
-from claimbench import asvfiles, cli, ingest, registry, store, verdicts
+from claimbench import alerts, asvfiles, cli, ingest, registry, store, verdicts
 from claimbench.datasets import alert_histories
 
 
@@ -16,7 +15,7 @@ def series(values, noise=0.0, seed=0):
 @pytest.mark.parametrize("direction, before, after", [("lower", 1.0, 1.5), ("higher", 100.0, 60.0)])
 def test_planted_step_is_found_in_either_direction(direction, before, after):
     values = series([before] * 10 + [after] * 5, noise=0.01)
-    found = A.find_regressions(values, direction, threshold=0.05)
+    found = alerts.find_regressions(values, direction, threshold=0.05)
     assert len(found) == 1
     i_before, i_after, v_before, v_after = found[0]
     assert i_after == 10 and v_before == pytest.approx(before, rel=0.05) and v_after == pytest.approx(after, rel=0.05)
@@ -24,34 +23,34 @@ def test_planted_step_is_found_in_either_direction(direction, before, after):
 
 def test_a_lucky_run_after_the_step_does_not_turn_the_change_around():
     """IVF-Flat's QPS on this VM: 181, then 155, one lucky 235, then 149 and 148: a drop, reported as one."""
-    (i_before, i_after, v_before, v_after), = A.find_regressions([181.0, 155.0, 235.0, 149.0, 148.0], "higher", 0.05)
+    (i_before, i_after, v_before, v_after), = alerts.find_regressions([181.0, 155.0, 235.0, 149.0, 148.0], "higher", 0.05)
     assert (i_before, i_after, v_before, v_after) == (0, 1, 181.0, 148.0)
 
 
 @pytest.mark.parametrize("direction, before, after", [("lower", 1.5, 1.0), ("higher", 60.0, 100.0)])
 def test_improvements_are_not_alerts(direction, before, after):
-    assert A.find_regressions(series([before] * 10 + [after] * 5, 0.01), direction, 0.05) == []
+    assert alerts.find_regressions(series([before] * 10 + [after] * 5, 0.01), direction, 0.05) == []
 
 
 @pytest.mark.parametrize("seed", range(5))
 @pytest.mark.parametrize("direction", ["lower", "higher"])
 def test_flat_noisy_series_raises_no_alarm(seed, direction):
-    assert A.find_regressions(series([10.0] * 30, noise=0.02, seed=seed), direction, 0.05) == []
+    assert alerts.find_regressions(series([10.0] * 30, noise=0.02, seed=seed), direction, 0.05) == []
 
 
 @pytest.mark.parametrize("before, after, change", [(4.0, 3.0, -0.25), (-8.0, -24.0, -2.0), (-8.0, -4.0, 0.5),
                                                    (0.0, 1.0, None)])
 def test_a_change_is_signed_as_the_value_moved(before, after, change):
-    alert = A.Alert("regression", "s.B.track_x", "{}", "box", "c", None, before, after, "")
+    alert = alerts.Alert("regression", "s.B.track_x", "{}", "box", "c", None, before, after, "")
     assert alert.change == change
 
 
 def test_thresholds_by_pattern():
-    t = A.Thresholds(0.05, {"lychee.*": 0.1, "lychee.Sweep.*": 0.2})
+    t = alerts.Thresholds(0.05, {"lychee.*": 0.1, "lychee.Sweep.*": 0.2})
     assert t.for_benchmark("lychee.Sweep.track_qps") == 0.2
     assert t.for_benchmark("lychee.Claim.track_speedup") == 0.1
     assert t.for_benchmark("other.x") == 0.05
-    assert A.Thresholds.from_pyproject(overrides={"*": 0.3}).default == 0.3
+    assert alerts.Thresholds.from_pyproject(overrides={"*": 0.3}).default == 0.3
 
 
 def write_history(results, values, bench="s.Claim.track_speedup", gate=None):
@@ -116,7 +115,7 @@ def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_rea
     with store.connect(db, read_only=True) as con:  # no verdict stored yet: nothing ran `claims` or `alerts`
         assert con.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 0
         latest, history = verdicts.compute_with_history(con, registry.load(papers), store_history=False)
-    flips = [a for a in A.gate_and_flip_alerts(latest, history) if a.kind == "flip"]
+    flips = [a for a in alerts.gate_and_flip_alerts(latest, history) if a.kind == "flip"]
     assert [a.benchmark for a in flips] == ["p/speed"] and "reproduced at" in flips[0].detail
 
 
@@ -137,17 +136,17 @@ def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path):
     db, papers = planted(tmp_path, series([3.0] * 8 + [1.5] * 3, 0.01), [1.0] * 11)
     step_commit = f"{9:08x}"  # the ninth run is the first at 1.5
     with store.connect(db) as con:
-        found = A.evaluate(con, registry.load(papers), A.Thresholds(),
-                           {f"s.Claim.track_*@{step_commit}": "a deliberate trade", "other.*@0": "unrelated"})
+        found = alerts.evaluate(con, registry.load(papers), alerts.Thresholds(),
+                                {f"s.Claim.track_*@{step_commit}": "a deliberate trade", "other.*@0": "unrelated"})
         stored = dict(con.execute("SELECT status, count(*) FROM alerts GROUP BY status").fetchall())
     regressions = [a for a in found if a.kind == "regression"]
     assert regressions and all(a.status == "acknowledged" for a in regressions)
     assert "acknowledged: a deliberate trade" in regressions[0].detail
     assert stored["acknowledged"] == len(regressions)  # the claim's verdict flip stays open
     assert all(a.kind != "regression" for a in found if a.status == "open")
-    md = A.markdown(found)
+    md = alerts.markdown(found)
     assert "### Acknowledged (1)" in md and "a deliberate trade" in md
-    assert A.acknowledgements(tmp_path / "missing.toml") == {}
+    assert alerts.acknowledgements(tmp_path / "missing.toml") == {}
 
 
 DROP_SHAPES = [s for s in alert_histories.SHAPES if s != "improvement"]
@@ -158,7 +157,7 @@ DROP_SHAPES = [s for s in alert_histories.SHAPES if s != "improvement"]
 def test_a_planted_30_percent_drop_is_flagged_where_it_entered(shape, direction):
     for seed in range(5):
         values, start = alert_histories.planted(shape, 0.3, direction, seed)
-        found = A.detect(values, direction, 0.05)
+        found = alerts.detect(values, direction, 0.05)
         assert {after for _, after, _, _, _ in found} & {start, start + 1}, (seed, found)
 
 
@@ -168,13 +167,13 @@ def test_a_planted_30_percent_drop_is_flagged_where_it_entered(shape, direction)
 def test_no_alert_where_nothing_regressed(shape, drop, direction):
     for seed in range(10):
         values, _ = alert_histories.planted(shape, drop, direction, seed)
-        assert A.detect(values, direction, 0.05) == [], seed
+        assert alerts.detect(values, direction, 0.05) == [], seed
 
 
 def test_the_newest_point_rule_catches_a_drop_after_a_climb_that_asv_calls_noise():
     values, _ = alert_histories.planted("climbing", 0.5, "higher", 0)
-    assert A.find_regressions(values, "higher", 0.05) == []  # asv: a single trailing point is noise
-    (before, after, v_before, v_after, rule), = A.detect(values, "higher", 0.05)
+    assert alerts.find_regressions(values, "higher", 0.05) == []  # asv: a single trailing point is noise
+    (before, after, v_before, v_after, rule), = alerts.detect(values, "higher", 0.05)
     assert rule == "newest point" and after == len(values) - 1 and v_after == values[-1]
     assert v_before == pytest.approx(max(values[-2], sorted(values[-4:-1])[1]))
 
@@ -193,6 +192,6 @@ def test_cli_fails_on_a_halved_newest_commit_after_a_climb_until_acknowledged(tm
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[tool.claimbench.alerts.acknowledged]\n"s.Claim.*@0000000d" = "a planned trade"\n')
     with store.connect(db) as con:
-        found = A.evaluate(con, registry.load(papers), A.Thresholds(), A.acknowledgements(pyproject))
+        found = alerts.evaluate(con, registry.load(papers), alerts.Thresholds(), alerts.acknowledgements(pyproject))
     regression, = [a for a in found if a.kind == "regression"]
     assert regression.status == "acknowledged" and "a planned trade" in regression.detail

@@ -2,8 +2,7 @@ import subprocess
 
 import pytest
 
-from claimbench import alerts as A
-from claimbench import asvfiles, codepath, ingest, store
+from claimbench import alerts, asvfiles, codepath, ingest, store
 
 SOURCES = {
     "suites/__init__.py": "",
@@ -81,14 +80,14 @@ def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_cha
                            {"s.Claim.track_speedup": (["dataset"], [["d"]], [value], "x")})
     assert ingest.ingest([results], db=db).ok
     with store.connect(db, read_only=True) as con:
-        found, = A.regressions(con, A.Thresholds(), root=repo)
+        found, = alerts.regressions(con, alerts.Thresholds(), root=repo)
     assert found.commit_hash == commits[8]
     assert ("no file on its code path changed" in found.detail) is noted
-    assert ("1 of them are steps with no change on their code path" in A.markdown([found])) is noted
+    assert ("1 of them are steps with no change on their code path" in alerts.markdown([found])) is noted
     if noted:
         assert f"from {commits[7][:8]} to {commits[8][:8]}" in found.detail and "12 files" in found.detail
 
 
 def test_two_runs_of_one_commit_say_the_code_did_not_change():
-    assert "both values were measured at 0123abcd" in A._code_path_note("s.x", "0123abcd" * 5, "0123abcd" * 5, None)
-    assert A._code_path_note("pytest:kernels/test_x.py::t", None, None, None) == ""  # results without a commit
+    assert "both values were measured at 0123abcd" in alerts._code_path_note("s.x", "0123abcd" * 5, "0123abcd" * 5, None)
+    assert alerts._code_path_note("pytest:kernels/test_x.py::t", None, None, None) == ""  # results without a commit

@@ -9,10 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from claimbench import alerts as A
-from claimbench import (asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics, registry,
-                        store)
-from claimbench import verdicts as V
+from claimbench import (alerts, asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics,
+                        registry, store, verdicts)
 from claimbench.datasets import text
 
 from .test_alerts import PAPERS as GATED_PAPERS
@@ -163,7 +161,7 @@ def test_quick_and_full_runs_of_one_commit_are_separate_runs(tmp_path):
     papers.write_text(PAPERS)
     with store.connect(db) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
-        latest, = V.compute(con, registry.load(papers))
+        latest, = verdicts.compute(con, registry.load(papers))
     assert latest.mode == "full" and latest.measured == 3.0  # full preferred over quick
 
 
@@ -175,28 +173,28 @@ def test_no_alert_across_modes_or_inputs(tmp_path):
     run_at(results, 8, 1.5, mode="full", suite_inputs={"corpus": "new"})  # other inputs: a series of its own
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        assert A.regressions(con, A.Thresholds()) == []
+        assert alerts.regressions(con, alerts.Thresholds()) == []
     quick = tmp_path / "quick"
     quick.mkdir()
     for i in range(9, 12):
         run_at(quick, i, 1.0, mode="quick", suite_inputs={"corpus": "old"})  # a quick run, half as fast
     assert ingest.ingest([quick], db=db).ok
     with store.connect(db) as con:
-        assert A.regressions(con, A.Thresholds()) == []
+        assert alerts.regressions(con, alerts.Thresholds()) == []
     for i in range(12, 16):
         run_at(results, i, 1.5, mode="full", suite_inputs={"corpus": "old"})  # the same full series drops
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found = A.regressions(con, A.Thresholds())
+        found = alerts.regressions(con, alerts.Thresholds())
     assert len(found) == 1 and found[0].mode == "full" and "full runs" in found[0].detail
 
 
 def test_verdicts_say_whether_their_inputs_are_the_checkouts():
     current = {"s": "fp1"}
-    assert V.inputs_status("s", "fp1", current) == V.CURRENT
-    assert V.inputs_status("s", "fp2", current) == V.OTHER_INPUTS
-    assert V.inputs_status("s", inputs.UNRECORDED, current) == V.INPUTS_UNRECORDED
-    assert set(V.current_inputs()) >= {"lychee", "ssa", "ugds"}
+    assert verdicts.inputs_status("s", "fp1", current) == verdicts.CURRENT
+    assert verdicts.inputs_status("s", "fp2", current) == verdicts.OTHER_INPUTS
+    assert verdicts.inputs_status("s", inputs.UNRECORDED, current) == verdicts.INPUTS_UNRECORDED
+    assert set(verdicts.current_inputs()) >= {"lychee", "ssa", "ugds"}
 
 
 @pytest.mark.parametrize("newest, status", [([1.9, 2.4, 2.6, 2.7, 3.0, 3.3, 3.8], "within noise"),
@@ -209,9 +207,9 @@ def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, 
     run_at(results, 8, sorted(newest)[3], mode="full", rounds=newest)
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found, = A.regressions(con, A.Thresholds())
+        found, = alerts.regressions(con, alerts.Thresholds())
     assert found.status == status and "rank-sum test" in found.detail and "p = " in found.detail
-    md = A.markdown([found])
+    md = alerts.markdown([found])
     assert ("### Within noise (1)" in md) == (status == "within noise")
     assert ("1 open alert(s)." in md) == (status == "open")
 
@@ -232,7 +230,7 @@ def test_a_paired_bootstrap_step_is_not_rank_tested(tmp_path, with_samples):
     run_at(results, 8, share(4).value, mode="full", unit=metrics.PERCENT_OF_DENSE.unit, estimate=share(4))
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found, = A.regressions(con, A.Thresholds())
+        found, = alerts.regressions(con, alerts.Thresholds())
     assert found.status == "open" and "rank-sum test" not in found.detail
 
 
@@ -245,7 +243,7 @@ def probes(scale, seed):
 
 
 @pytest.mark.parametrize("unit, machine_scale, says", [
-    ("queries/s", 1.5, A.MACHINE_SLOWER),
+    ("queries/s", 1.5, alerts.MACHINE_SLOWER),
     ("queries/s", 1.1, "the machine slowed less than this: its"),
     ("queries/s", 1.0, "the machine was not measurably slower"),
     ("x", 1.5, None),  # a same-process ratio: the machine's speed cancels out
@@ -258,13 +256,13 @@ def test_a_wall_clock_step_says_whether_the_machines_probes_slowed_as_much(tmp_p
     run_at(results, 8, 2.0, mode="full", unit=unit, machine_speed=probes(machine_scale, 8))  # 1.5x the time
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found, = A.regressions(con, A.Thresholds())
+        found, = alerts.regressions(con, alerts.Thresholds())
     assert found.status == "open"  # a slower machine does not rule out slower code
     if says is None:
         assert "probe" not in found.detail
         return
     assert says in found.detail and "this series 1.50x" in found.detail
-    assert ("1 of them are wall-clock steps" in A.markdown([found])) == (says == A.MACHINE_SLOWER)
+    assert ("1 of them are wall-clock steps" in alerts.markdown([found])) == (says == alerts.MACHINE_SLOWER)
 
 
 def test_a_step_between_runs_without_probes_says_nothing_of_the_machine(tmp_path):
@@ -275,5 +273,5 @@ def test_a_step_between_runs_without_probes_says_nothing_of_the_machine(tmp_path
     run_at(results, 8, 2.0, mode="full", unit="queries/s", machine_speed=probes(1.5, 8))
     assert ingest.ingest([results], db=db).ok
     with store.connect(db) as con:
-        found, = A.regressions(con, A.Thresholds())
+        found, = alerts.regressions(con, alerts.Thresholds())
     assert "probe" not in found.detail

@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from claimbench import device, environment, ingest, registry, store
-from claimbench import verdicts as V
+from claimbench import device, environment, ingest, registry, store, verdicts
 
 pytest.importorskip("triton")
 
@@ -29,12 +28,12 @@ def test_dry_run_writes_results_ingest_takes_with_gpu_fields(tmp_path):
         rows = con.execute("""SELECT x.benchmark, x.value, x.low, x.high, r.mode FROM results x JOIN runs r
                               USING (run_id) WHERE x.benchmark LIKE '%speedup_vs_dense'""").fetchall()
         gpu, count = con.execute("SELECT gpu, gpu_count FROM machines WHERE machine = 'dry-box'").fetchone()
-        latest = [v for v in V.compute(con, registry.load()) if v.claim.key == "ssa/decode-speedup-1m"]
+        latest = [v for v in verdicts.compute(con, registry.load()) if v.claim.key == "ssa/decode-speedup-1m"]
         e8 = con.execute("""SELECT x.params, x.value FROM results x WHERE x.benchmark = 'gpu.E8Matmul.track_relative_error'
                             AND x.value IS NOT NULL""").fetchall()
     assert len(rows) == len(device.DRY["contexts"]) and all(low <= v <= high for _, v, low, high, _ in rows)
     assert {m for *_, m in rows} == {"dry-run"} and (gpu, count) == (None, 0)
-    assert {v.verdict for v in latest} == {V.NOT_TESTABLE}  # a dry run on a CPU measures no GPU claim
+    assert {v.verdict for v in latest} == {verdicts.NOT_TESTABLE}  # a dry run on a CPU measures no GPU claim
     kernels = {json.loads(params)["kernel"] for params, _ in e8}
     assert kernels == set(device.E8_KERNELS) and all(error < 1e-4 for _, error in e8)  # fp32 on the CPU
 

@@ -2,7 +2,7 @@ import tomllib
 
 import pytest
 
-from claimbench import registry as R
+from claimbench import registry
 
 MINIMAL = '''
 [[paper]]
@@ -31,15 +31,15 @@ def write(tmp_path, text):
 
 
 def test_repository_registry_lists_every_paper():
-    reg = R.load()
-    assert len(reg.papers) == len(tomllib.loads(R.DEFAULT_PAPERS.read_text())["paper"])  # nothing dropped
+    reg = registry.load()
+    assert len(reg.papers) == len(tomllib.loads(registry.DEFAULT_PAPERS.read_text())["paper"])  # nothing dropped
     assert {p.tier for p in reg.papers} == {"A", "B", "C"}
     lychee = reg.paper("lychee").claims[0]
     assert lychee.claimed == (9.7, 117.0) and lychee.target == 9.7 and lychee.gate is not None
 
 
 def test_minimal_registry_and_defaults(tmp_path):
-    claim = R.load(write(tmp_path, MINIMAL)).claims[0]
+    claim = registry.load(write(tmp_path, MINIMAL)).claims[0]
     assert claim.claimed == (1.0, 2.0)  # sorted
     assert claim.fold == "max" and claim.tolerance == 0.1 and claim.benchmark is None
 
@@ -57,17 +57,17 @@ def test_minimal_registry_and_defaults(tmp_path):
 ])
 def test_validation_names_file_and_key(tmp_path, edit, message):
     path = write(tmp_path, MINIMAL.replace(*edit))
-    with pytest.raises(R.RegistryError, match=message) as err:
-        R.load(path)
+    with pytest.raises(registry.RegistryError, match=message) as err:
+        registry.load(path)
     assert str(path) in str(err.value)
 
 
 def test_duplicate_and_missing(tmp_path):
-    with pytest.raises(R.RegistryError, match=r"paper\[1\]\.id: duplicate id 'p'"):
-        R.load(write(tmp_path, MINIMAL + MINIMAL.replace("[[paper.claims]]", "[[paper.claims]]")))
-    with pytest.raises(R.RegistryError, match="file not found"):
-        R.load(tmp_path / "absent.toml")
-    with pytest.raises(R.RegistryError, match="not valid TOML"):
-        R.load(write(tmp_path, "[[paper]\n"))
-    with pytest.raises(R.RegistryError, match="no paper with id 'q'"):
-        R.load(write(tmp_path, MINIMAL)).paper("q")
+    with pytest.raises(registry.RegistryError, match=r"paper\[1\]\.id: duplicate id 'p'"):
+        registry.load(write(tmp_path, MINIMAL + MINIMAL.replace("[[paper.claims]]", "[[paper.claims]]")))
+    with pytest.raises(registry.RegistryError, match="file not found"):
+        registry.load(tmp_path / "absent.toml")
+    with pytest.raises(registry.RegistryError, match="not valid TOML"):
+        registry.load(write(tmp_path, "[[paper]\n"))
+    with pytest.raises(registry.RegistryError, match="no paper with id 'q'"):
+        registry.load(write(tmp_path, MINIMAL)).paper("q")

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from claimbench import verdicts as V
+from claimbench import verdicts
 from claimbench.registry import Claim, Gate
 
 
@@ -17,69 +17,69 @@ def P(**params):
 
 
 def test_reproduced_partly_not_reproduced():
-    assert V.judge(claim(), {P(d="a"): 2.5}).verdict == V.REPRODUCED
-    assert V.judge(claim(), {P(d="a"): 1.92}).verdict == V.REPRODUCED  # within 10% of the claimed gain (1.0)
-    assert V.judge(claim(), {P(d="a"): 1.85}).verdict == V.PARTLY
-    assert V.judge(claim(claimed=(1.14, 1.63)), {P(): 1.04}).verdict == V.PARTLY
-    assert V.judge(claim(), {P(d="a"): 1.5}).verdict == V.PARTLY
-    assert V.judge(claim(), {P(d="a"): 0.9}).verdict == V.NOT_REPRODUCED
+    assert verdicts.judge(claim(), {P(d="a"): 2.5}).verdict == verdicts.REPRODUCED
+    assert verdicts.judge(claim(), {P(d="a"): 1.92}).verdict == verdicts.REPRODUCED  # within 10% of the claimed gain (1.0)
+    assert verdicts.judge(claim(), {P(d="a"): 1.85}).verdict == verdicts.PARTLY
+    assert verdicts.judge(claim(claimed=(1.14, 1.63)), {P(): 1.04}).verdict == verdicts.PARTLY
+    assert verdicts.judge(claim(), {P(d="a"): 1.5}).verdict == verdicts.PARTLY
+    assert verdicts.judge(claim(), {P(d="a"): 0.9}).verdict == verdicts.NOT_REPRODUCED
 
 
 def test_fold_over_parameters_uses_the_claims_aggregate():
     measured = {P(d="a"): 0.5, P(d="b"): 3.0}
-    assert V.judge(claim(), measured).measured == 3.0
-    assert V.judge(claim(aggregate="min"), measured).verdict == V.NOT_REPRODUCED
-    assert "; 1 of 2 reach it" in V.judge(claim(aggregate="min"), measured).reason
+    assert verdicts.judge(claim(), measured).measured == 3.0
+    assert verdicts.judge(claim(aggregate="min"), measured).verdict == verdicts.NOT_REPRODUCED
+    assert "; 1 of 2 reach it" in verdicts.judge(claim(aggregate="min"), measured).reason
 
 
 def test_explaining_benchmarks_sit_beside_every_combination_and_in_the_reason():
     c = claim(explain=("s.C.track_pruned_fraction", "s.C.track_ceiling"))
     explain = {"s.C.track_pruned_fraction": {P(d="a"): 0.65, P(d="b"): 0.98}, "s.C.track_ceiling": {P(d="b"): 20.0}}
-    v = V.judge(c, {P(d="a"): 0.5, P(d="b"): 3.0}, explain_values=explain)
+    v = verdicts.judge(c, {P(d="a"): 0.5, P(d="b"): 3.0}, explain_values=explain)
     assert v.reason.endswith("; at d=b: pruned fraction 0.98, ceiling 20")
     assert [e["explain"] for e in v.detail] == [{"pruned fraction": 0.65, "ceiling": None},
                                                 {"pruned fraction": 0.98, "ceiling": 20.0}]
-    assert "explain" not in V.judge(claim(), {P(d="a"): 0.5}).detail[0]
+    assert "explain" not in verdicts.judge(claim(), {P(d="a"): 0.5}).detail[0]
 
 
 def test_lower_is_better_claims():
     c = claim(direction="lower", claimed=(-27.7, -27.7), neutral=0.0, unit="%")
-    assert V.judge(c, {P(): -30.0}).verdict == V.REPRODUCED
-    assert V.judge(c, {P(): -10.0}).verdict == V.PARTLY
-    assert V.judge(c, {P(): 5.0}).verdict == V.NOT_REPRODUCED
+    assert verdicts.judge(c, {P(): -30.0}).verdict == verdicts.REPRODUCED
+    assert verdicts.judge(c, {P(): -10.0}).verdict == verdicts.PARTLY
+    assert verdicts.judge(c, {P(): 5.0}).verdict == verdicts.NOT_REPRODUCED
 
 
 def test_direction_only_claim():
     c = claim(claimed=None)
-    assert V.judge(c, {P(): 1.2}).verdict == V.REPRODUCED
-    assert V.judge(c, {P(): 0.8}).verdict == V.NOT_REPRODUCED
+    assert verdicts.judge(c, {P(): 1.2}).verdict == verdicts.REPRODUCED
+    assert verdicts.judge(c, {P(): 0.8}).verdict == verdicts.NOT_REPRODUCED
 
 
 def test_gate_failed_partly_and_passed():
     c = claim(gate=Gate("s.C.track_identical", min=1.0))
     measured = {P(d="a"): 5.0, P(d="b"): 3.0}
-    failed = V.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 0.5})
-    assert failed.verdict == V.GATE_FAILED and failed.gate == "failed" and failed.measured is None
-    partly = V.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 1.0})
-    assert partly.gate == "partly" and partly.measured == 3.0 and partly.verdict == V.REPRODUCED
+    failed = verdicts.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 0.5})
+    assert failed.verdict == verdicts.GATE_FAILED and failed.gate == "failed" and failed.measured is None
+    partly = verdicts.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 1.0})
+    assert partly.gate == "partly" and partly.measured == 3.0 and partly.verdict == verdicts.REPRODUCED
     assert "excluded" in partly.reason
-    assert V.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0}).gate == "passed"
-    assert V.judge(c, measured, None).verdict == V.GATE_FAILED  # an unmeasured gate never passes
-    crashed = V.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
-    assert crashed.verdict == V.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
+    assert verdicts.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0}).gate == "passed"
+    assert verdicts.judge(c, measured, None).verdict == verdicts.GATE_FAILED  # an unmeasured gate never passes
+    crashed = verdicts.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
+    assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
 
 def test_not_testable_and_not_measured():
-    assert V.judge(claim(requires=("gpu",)), None).verdict == V.NOT_TESTABLE
-    assert "GPU" in V.judge(claim(requires=("gpu",)), None).reason
-    assert V.judge(claim(requires=("gpu",)), None, caps={"gpu"}).verdict == V.NOT_MEASURED
-    assert V.judge(claim(not_testable="needs AIME"), None).reason == "needs AIME"
-    assert V.judge(claim(benchmark=None), None).reason == "no benchmark yet"
-    failed = V.judge(claim(), {P(): None})
-    assert failed.verdict == V.NOT_MEASURED and "failed" in failed.reason
+    assert verdicts.judge(claim(requires=("gpu",)), None).verdict == verdicts.NOT_TESTABLE
+    assert "GPU" in verdicts.judge(claim(requires=("gpu",)), None).reason
+    assert verdicts.judge(claim(requires=("gpu",)), None, caps={"gpu"}).verdict == verdicts.NOT_MEASURED
+    assert verdicts.judge(claim(not_testable="needs AIME"), None).reason == "needs AIME"
+    assert verdicts.judge(claim(benchmark=None), None).reason == "no benchmark yet"
+    failed = verdicts.judge(claim(), {P(): None})
+    assert failed.verdict == verdicts.NOT_MEASURED and "failed" in failed.reason
 
 
-@pytest.mark.parametrize("verdict", V.VERDICTS)
+@pytest.mark.parametrize("verdict", verdicts.VERDICTS)
 def test_every_verdict_has_a_badge(verdict):
     from claimbench.report import BADGE
     assert verdict in BADGE
@@ -92,47 +92,47 @@ def interval(low, high, n=7, min_n=6):
 
 
 @pytest.mark.parametrize("value, low, high, n, expected", [
-    (3.0, 2.0, 5.0, 5, V.INCONCLUSIVE),      # fewer samples than the method needs
-    (1.5, 1.2, 1.8, 7, V.PARTLY),            # all short of the claim, clear of neutral
-    (1.5, 0.9, 1.8, 7, V.NOT_REPRODUCED),    # all short of the claim, reaching neutral
-    (0.8, 0.7, 0.9, 7, V.NOT_REPRODUCED),    # all below neutral
-    (2.5, 1.5, 3.0, 7, V.REPRODUCED),        # reaches the claim, clear of neutral, value reaches it
-    (1.8, 1.5, 2.2, 7, V.PARTLY),            # reaches the claim, clear of neutral, value short of it
-    (2.5, 0.8, 3.0, 7, V.INCONCLUSIVE),      # spans both neutral and the claim
-    (1.2, 0.8, 3.0, 7, V.INCONCLUSIVE),      # spans both, value short of the claim
+    (3.0, 2.0, 5.0, 5, verdicts.INCONCLUSIVE),      # fewer samples than the method needs
+    (1.5, 1.2, 1.8, 7, verdicts.PARTLY),            # all short of the claim, clear of neutral
+    (1.5, 0.9, 1.8, 7, verdicts.NOT_REPRODUCED),    # all short of the claim, reaching neutral
+    (0.8, 0.7, 0.9, 7, verdicts.NOT_REPRODUCED),    # all below neutral
+    (2.5, 1.5, 3.0, 7, verdicts.REPRODUCED),        # reaches the claim, clear of neutral, value reaches it
+    (1.8, 1.5, 2.2, 7, verdicts.PARTLY),            # reaches the claim, clear of neutral, value short of it
+    (2.5, 0.8, 3.0, 7, verdicts.INCONCLUSIVE),      # spans both neutral and the claim
+    (1.2, 0.8, 3.0, 7, verdicts.INCONCLUSIVE),      # spans both, value short of the claim
 ])
 def test_verdict_table_higher_is_better(value, low, high, n, expected):
-    v = V.judge(claim(), {P(): value}, intervals=interval(low, high, n))
+    v = verdicts.judge(claim(), {P(): value}, intervals=interval(low, high, n))
     assert v.verdict == expected, v.reason
     assert (v.low, v.high, v.samples) == (low, high, n)
 
 
 @pytest.mark.parametrize("value, low, high, expected", [
-    (-10.0, -15.0, -5.0, V.PARTLY),          # all short of -24.9%, clear of 0
-    (-10.0, -15.0, 2.0, V.NOT_REPRODUCED),   # short of the claim, reaching neutral
-    (-30.0, -40.0, -20.0, V.REPRODUCED),
-    (-20.0, -30.0, -10.0, V.PARTLY),
-    (-30.0, -40.0, 5.0, V.INCONCLUSIVE),
+    (-10.0, -15.0, -5.0, verdicts.PARTLY),          # all short of -24.9%, clear of 0
+    (-10.0, -15.0, 2.0, verdicts.NOT_REPRODUCED),   # short of the claim, reaching neutral
+    (-30.0, -40.0, -20.0, verdicts.REPRODUCED),
+    (-20.0, -30.0, -10.0, verdicts.PARTLY),
+    (-30.0, -40.0, 5.0, verdicts.INCONCLUSIVE),
 ])
 def test_verdict_table_lower_is_better(value, low, high, expected):
     c = claim(direction="lower", claimed=(-27.7, -27.7), neutral=0.0)
-    assert V.judge(c, {P(): value}, intervals=interval(low, high)).verdict == expected
+    assert verdicts.judge(c, {P(): value}, intervals=interval(low, high)).verdict == expected
 
 
 @pytest.mark.parametrize("value, low, high, expected", [
-    (1.3, 1.1, 1.5, V.REPRODUCED),           # no target: clear of neutral
-    (0.8, 0.7, 0.95, V.NOT_REPRODUCED),      # at or below neutral
-    (1.1, 0.9, 1.3, V.INCONCLUSIVE),         # spans neutral
+    (1.3, 1.1, 1.5, verdicts.REPRODUCED),           # no target: clear of neutral
+    (0.8, 0.7, 0.95, verdicts.NOT_REPRODUCED),      # at or below neutral
+    (1.1, 0.9, 1.3, verdicts.INCONCLUSIVE),         # spans neutral
 ])
 def test_verdict_table_without_a_target(value, low, high, expected):
-    assert V.judge(claim(claimed=None), {P(): value}, intervals=interval(low, high)).verdict == expected
+    assert verdicts.judge(claim(claimed=None), {P(): value}, intervals=interval(low, high)).verdict == expected
 
 
 def test_a_result_without_an_interval_is_judged_by_its_point_and_marked():
-    v = V.judge(claim(), {P(): 2.5})
-    assert v.verdict == V.REPRODUCED and "no interval" in v.reason and v.low is None
+    v = verdicts.judge(claim(), {P(): 2.5})
+    assert v.verdict == verdicts.REPRODUCED and "no interval" in v.reason and v.low is None
     assert v.interval_text == "2.5x"
-    with_interval = V.judge(claim(), {P(): 2.5}, intervals=interval(1.5, 3.0))
+    with_interval = verdicts.judge(claim(), {P(): 2.5}, intervals=interval(1.5, 3.0))
     assert with_interval.interval_text == "2.5x [1.5, 3]"
 
 
@@ -140,8 +140,8 @@ def test_a_folded_claim_takes_the_deciding_combinations_interval():
     measured = {P(d="a"): 3.0, P(d="b"): 1.2}
     found = {P(d="a"): {"low": 2.5, "high": 3.5, "n": 7, "min_n": 6}, P(d="b"): {"low": 0.5, "high": 2.0, "n": 7,
                                                                                "min_n": 6}}
-    v = V.judge(claim(), measured, intervals=found)
-    assert (v.measured, v.low, v.high, v.verdict) == (3.0, 2.5, 3.5, V.REPRODUCED)
+    v = verdicts.judge(claim(), measured, intervals=found)
+    assert (v.measured, v.low, v.high, v.verdict) == (3.0, 2.5, 3.5, verdicts.REPRODUCED)
     assert [(d["low"], d["high"]) for d in v.detail] == [(2.5, 3.5), (0.5, 2.0)]
 
 
@@ -151,13 +151,13 @@ def test_a_mean_over_combinations_takes_the_mean_of_their_bounds_and_none_where_
                                                                                "min_n": 1}}
     gate = {P(d="a"): 0.0, P(d="b"): 0.0, P(d="c"): -5.0}  # c fails the gate: out of the mean and its bounds
     c = claim(aggregate="mean", gate=Gate(benchmark="s.C.track_gate", min=-1.0))
-    v = V.judge(c, measured, gate_values=gate, intervals=found)
-    assert (v.measured, v.low, v.high, v.samples, v.verdict) == (2.5, 2.25, 2.75, 7, V.REPRODUCED)  # b is exact
+    v = verdicts.judge(c, measured, gate_values=gate, intervals=found)
+    assert (v.measured, v.low, v.high, v.samples, v.verdict) == (2.5, 2.25, 2.75, 7, verdicts.REPRODUCED)  # b is exact
     few = {**found, P(d="a"): {**found[P(d="a")], "n": 5}}
-    assert V.judge(c, measured, gate_values=gate, intervals=few).verdict == V.INCONCLUSIVE
-    lacking = V.judge(c, measured, gate_values=gate, intervals={P(d="a"): found[P(d="a")]})
+    assert verdicts.judge(c, measured, gate_values=gate, intervals=few).verdict == verdicts.INCONCLUSIVE
+    lacking = verdicts.judge(c, measured, gate_values=gate, intervals={P(d="a"): found[P(d="a")]})
     assert lacking.low is None and "no interval" in lacking.reason
-    even = V.judge(claim(aggregate="median"), {P(d="a"): 3.0, P(d="b"): 2.0}, intervals=found)
+    even = verdicts.judge(claim(aggregate="median"), {P(d="a"): 3.0, P(d="b"): 2.0}, intervals=found)
     assert (even.measured, even.low, even.high) == (2.5, 2.25, 2.75)  # no one row decides a median of two
 
 
@@ -171,29 +171,29 @@ def test_a_rounding_error_short_of_the_claim_reaches_it():
 
 
 def machine_verdict(machine, verdict, value=None, low=None, high=None, commit="a" * 40, mode="full", inputs="d"):
-    return V.Verdict(claim(), machine, verdict, measured=value, low=low, high=high, commit_hash=commit, mode=mode,
-                     inputs=inputs, inputs_status=V.CURRENT)
+    return verdicts.Verdict(claim(), machine, verdict, measured=value, low=low, high=high, commit_hash=commit, mode=mode,
+                            inputs=inputs, inputs_status=verdicts.CURRENT)
 
 
 def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
-    epyc = machine_verdict("epyc", V.REPRODUCED, 2.5, 2.1, 2.9)
-    assert V.across_machines([epyc, V.Verdict(claim(), "gpu", V.NOT_TESTABLE)]) == ""
-    assert V.across_machines([epyc, machine_verdict("xeon", V.REPRODUCED, 3.0, 2.6, 3.3)]) == \
+    epyc = machine_verdict("epyc", verdicts.REPRODUCED, 2.5, 2.1, 2.9)
+    assert verdicts.across_machines([epyc, verdicts.Verdict(claim(), "gpu", verdicts.NOT_TESTABLE)]) == ""
+    assert verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.REPRODUCED, 3.0, 2.6, 3.3)]) == \
         "the 2 machines agree: reproduced"
-    older = machine_verdict("xeon", V.REPRODUCED, 3.0, mode="unrecorded", inputs="")
-    older.inputs_status = V.INPUTS_UNRECORDED
-    assert V.across_machines([epyc, older]) == ("the 2 machines agree: reproduced (from runs on different modes or "
-                                                "inputs: epyc: full, current inputs; xeon: unrecorded, inputs not recorded)")
-    near = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.9, 1.5, 2.2)])
+    older = machine_verdict("xeon", verdicts.REPRODUCED, 3.0, mode="unrecorded", inputs="")
+    older.inputs_status = verdicts.INPUTS_UNRECORDED
+    assert verdicts.across_machines([epyc, older]) == ("the 2 machines agree: reproduced (from runs on different modes or "
+                                                       "inputs: epyc: full, current inputs; xeon: unrecorded, inputs not recorded)")
+    near = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.PARTLY, 1.9, 1.5, 2.2)])
     assert near.startswith("epyc reproduced, xeon partly: their intervals overlap")
-    apart = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.5, 1.3, 1.7)])
+    apart = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.PARTLY, 1.5, 1.3, 1.7)])
     assert "do not overlap (2.5x [2.1, 2.9] vs 1.5x [1.3, 1.7]): not noise; the machines measure differently" in apart
-    elsewhere = V.across_machines([epyc, machine_verdict("xeon", V.PARTLY, 1.5, 1.3, 1.7, commit="b" * 40,
-                                                         mode="quick", inputs="e")])
+    elsewhere = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.PARTLY, 1.5, 1.3, 1.7, commit="b" * 40,
+                                                                mode="quick", inputs="e")])
     assert "different run modes (full, quick), different inputs" in elsewhere
     assert "measured at different commits between aaaaaaaa and bbbbbbbb" in elsewhere  # not in this clone
     assert "the machines or that code differ" in elsewhere
-    monkeypatch.setattr(V.codepath, "unchanged", lambda *args: False)
-    failed = V.across_machines([epyc, machine_verdict("xeon", V.GATE_FAILED, commit="b" * 40)])
+    monkeypatch.setattr(verdicts.codepath, "unchanged", lambda *args: False)
+    failed = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.GATE_FAILED, commit="b" * 40)])
     assert failed == ("epyc reproduced, xeon gate failed: files on its code path differ between aaaaaaaa and "
                       "bbbbbbbb, no interval on xeon (gate failed)")

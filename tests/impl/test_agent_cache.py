@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from claimbench import agentcost as AC
+from claimbench import agentcost
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
 from claimbench.datasets.agent_trajectories import Trajectory, Turn
 from claimbench.impl.agent_cache import KVDrop, KVDropSession
@@ -18,32 +18,32 @@ def tokens(bills):
 
 
 def test_full_history_reads_the_previous_prompt():
-    bills = AC.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=0)
+    bills = agentcost.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=0)
     assert tokens(bills) == [(0, 150, 0, 10), (150, 210, 0, 10), (360, 210, 0, 10), (570, 210, 0, 10)]
 
 
 def test_min_cacheable_prefix():
-    bills = AC.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=300)
+    bills = agentcost.replay(FullHistory(), TRAJ, window=10_000, min_cacheable=300)
     assert tokens(bills)[0] == (0, 0, 150, 10)  # too short to cache at all
     assert tokens(bills)[1] == (0, 360, 0, 10)  # the 150-token prefix is below the minimum
 
 
 def test_kv_drop_never_rewrites():
-    bills = AC.replay(KVDrop(keep_last=1), TRAJ, window=10_000, min_cacheable=0)
+    bills = agentcost.replay(KVDrop(keep_last=1), TRAJ, window=10_000, min_cacheable=0)
     # call 3: output 1 dropped (not read), nothing rewritten; call 4: output 2 dropped as well
     assert tokens(bills) == [(0, 150, 0, 10), (150, 210, 0, 10), (160, 210, 0, 10), (170, 210, 0, 10)]
     assert all(b.written <= 210 for b in bills)
 
 
 def test_observation_masking_invalidates_from_the_edit():
-    bills = AC.replay(ObservationMasking(keep_last=1, placeholder_tokens=5), TRAJ, window=10_000, min_cacheable=0)
+    bills = agentcost.replay(ObservationMasking(keep_last=1, placeholder_tokens=5), TRAJ, window=10_000, min_cacheable=0)
     # call 3: output 1 becomes a 5-token placeholder: cache valid only up to tool_call 1
     assert tokens(bills)[2] == (160, 5 + 10 + 200, 0, 10)
 
 
 def test_summarization_at_the_threshold():
     policy = ThresholdSummarization(threshold=0.5, summary_tokens=40)
-    bills = AC.replay(policy, TRAJ, window=1000, min_cacheable=0)
+    bills = agentcost.replay(policy, TRAJ, window=1000, min_cacheable=0)
     kinds = [b.kind for b in bills]
     assert kinds == ["agent", "agent", "summary", "agent", "agent"]  # 570 tokens > 0.5 x 1000 at the third call
     summary, after = bills[2], bills[3]
@@ -52,11 +52,11 @@ def test_summarization_at_the_threshold():
 
 
 def test_pricing():
-    table = AC.PriceTable("p", "m", input=3.0, cache_write=3.75, cache_read=0.3, output=15.0, min_cacheable=0,
-                          ttl_s=300, date="", source="")
-    cost = table.cost([AC.CallBill(read=1_000_000, written=1_000_000, uncached=0, output=100_000)])
+    table = agentcost.PriceTable("p", "m", input=3.0, cache_write=3.75, cache_read=0.3, output=15.0, min_cacheable=0,
+                                 ttl_s=300, date="", source="")
+    cost = table.cost([agentcost.CallBill(read=1_000_000, written=1_000_000, uncached=0, output=100_000)])
     assert cost == pytest.approx({"uncached": 0.0, "written": 3.75, "read": 0.3, "output": 1.5, "total": 5.55})
-    assert {p.name for p in AC.load_prices()} >= {"anthropic", "openai"}
+    assert {p.name for p in agentcost.load_prices()} >= {"anthropic", "openai"}
 
 
 @pytest.fixture(scope="module")

@@ -2,29 +2,29 @@
 evictions and bytes (claimbench/kvoffload.py, baselines/kv_offload.py, impl/gandalf.py)."""
 import pytest
 
-from claimbench import kvoffload as K
+from claimbench import kvoffload
 from claimbench.baselines.kv_offload import AdmitAfterReads, SizeGated, WriteAll
-from claimbench.datasets import agent_trajectories as AT
+from claimbench.datasets.agent_trajectories import GeneratorParams, Trajectory, Turn, generate
 from claimbench.impl.gandalf import LayerTypeGating, LayerTypeGatingMerged
 
 BLOCK = 4  # tokens per block in these traces
-HYBRID = K.ModelProfile("hybrid", 4, 1, 3, 2, kv_bytes_per_token=10, state_bytes=100, source="test")
-PURE = K.ModelProfile("pure", 4, 4, 0, 2, kv_bytes_per_token=10, state_bytes=0, source="test")
+HYBRID = kvoffload.ModelProfile("hybrid", 4, 1, 3, 2, kv_bytes_per_token=10, state_bytes=100, source="test")
+PURE = kvoffload.ModelProfile("pure", 4, 4, 0, 2, kv_bytes_per_token=10, state_bytes=0, source="test")
 KV = 10 * BLOCK  # one block's KV: 40 bytes
 
 
 def tiers(hbm, dram, ssd=10_000):
-    return K.Tiers(hbm_bytes=hbm, dram_bytes=dram, ssd_bytes=ssd, block_tokens=BLOCK, prefill_tokens_per_s=100.0,
-                   ssd_read_bytes_per_s=1000.0)
+    return kvoffload.Tiers(hbm_bytes=hbm, dram_bytes=dram, ssd_bytes=ssd, block_tokens=BLOCK, prefill_tokens_per_s=100.0,
+                           ssd_read_bytes_per_s=1000.0)
 
 
 def request(t, blocks, tokens=None):
-    return K.Request(t, tokens or BLOCK * len(blocks), 1, tuple(blocks))
+    return kvoffload.Request(t, tokens or BLOCK * len(blocks), 1, tuple(blocks))
 
 
 def test_a_repeated_prefix_hits_and_a_new_one_misses():
     trace = [request(0, [1, 2]), request(1, [1, 2, 3]), request(2, [7])]
-    r = K.replay(trace, PURE, WriteAll(), tiers(1000, 1000))
+    r = kvoffload.replay(trace, PURE, WriteAll(), tiers(1000, 1000))
     assert (r.hit_tokens, r.input_tokens, r.requests_hit) == (2 * BLOCK, 6 * BLOCK, 1)
     assert r.hit_tokens_by_tier == {"hbm": 2 * BLOCK, "dram": 0, "ssd": 0} and r.ssd_bytes_written == 0
 
@@ -32,7 +32,7 @@ def test_a_repeated_prefix_hits_and_a_new_one_misses():
 def test_evictions_cascade_and_write_all_writes_what_dram_evicts():
     """HBM holds 1 block, DRAM 1: block 1 ends on SSD after blocks 2 and 3 arrive, and is read from there."""
     trace = [request(0, [1]), request(1, [2]), request(2, [3]), request(3, [1])]
-    r = K.replay(trace, PURE, WriteAll(), tiers(KV, KV))
+    r = kvoffload.replay(trace, PURE, WriteAll(), tiers(KV, KV))
     assert r.ssd_bytes_written == 2 * KV  # blocks 1 and 2 left DRAM
     assert r.hit_tokens_by_tier["ssd"] == BLOCK and r.ssd_read_bytes == KV
     assert r.ssd_bytes_admitted == r.ssd_bytes_written  # conservation
@@ -41,49 +41,49 @@ def test_evictions_cascade_and_write_all_writes_what_dram_evicts():
 
 def test_admission_after_reads_writes_only_reread_blocks():
     trace = [request(0, [1]), request(1, [1]), request(2, [2]), request(3, [3]), request(4, [4])]
-    r = K.replay(trace, PURE, AdmitAfterReads(reads=1), tiers(KV, KV))
+    r = kvoffload.replay(trace, PURE, AdmitAfterReads(reads=1), tiers(KV, KV))
     assert r.write_sizes == {KV: 1}  # block 1 (read once) is written; 2 was never read
-    assert K.replay(trace, PURE, WriteAll(), tiers(KV, KV)).write_sizes == {KV: 2}  # 1 and 2 left DRAM
+    assert kvoffload.replay(trace, PURE, WriteAll(), tiers(KV, KV)).write_sizes == {KV: 2}  # 1 and 2 left DRAM
 
 
 def test_size_gate_keeps_small_objects_off_the_ssd():
     trace = [request(0, [1]), request(1, [2]), request(2, [3])]
-    assert K.replay(trace, PURE, SizeGated(min_bytes=KV + 1), tiers(KV, KV)).ssd_bytes_written == 0
+    assert kvoffload.replay(trace, PURE, SizeGated(min_bytes=KV + 1), tiers(KV, KV)).ssd_bytes_written == 0
 
 
 def test_a_hybrid_hit_needs_the_state_checkpoint_or_recomputes():
     """With states only at turn ends, a request that continues a prefix past its last checkpoint can
     use only the KV up to a checkpoint and recomputes the rest."""
     trace = [request(0, [1, 2, 3]), request(1, [1, 2, 9])]
-    turn = K.replay(trace, HYBRID, WriteAll(), tiers(10_000, 10_000), checkpoint="turn")
+    turn = kvoffload.replay(trace, HYBRID, WriteAll(), tiers(10_000, 10_000), checkpoint="turn")
     assert (turn.hit_tokens, turn.recompute_tokens) == (0, 2 * BLOCK)  # no state at block 2's end
-    block = K.replay(trace, HYBRID, WriteAll(), tiers(10_000, 10_000), checkpoint="block")
+    block = kvoffload.replay(trace, HYBRID, WriteAll(), tiers(10_000, 10_000), checkpoint="block")
     assert (block.hit_tokens, block.recompute_tokens) == (2 * BLOCK, 0)
 
 
 def test_layer_type_gating_keeps_states_off_the_ssd():
     trace = [request(t, [t + 1]) for t in range(4)] + [request(4, [1])]
     room = tiers(KV + 100, KV + 100)
-    write_all = K.replay(trace, HYBRID, WriteAll(), room)
-    gated = K.replay(trace, HYBRID, LayerTypeGating(), room)
+    write_all = kvoffload.replay(trace, HYBRID, WriteAll(), room)
+    gated = kvoffload.replay(trace, HYBRID, LayerTypeGating(), room)
     assert write_all.write_sizes == {KV: 3, 100: 3} and gated.write_sizes == {KV: 3}
     assert write_all.hit_tokens == BLOCK and gated.hit_tokens == 0  # the state was on SSD only
     assert gated.recompute_tokens == BLOCK
 
 
 def test_pure_attention_has_nothing_to_gate():
-    trace = K.agent_trace([AT.generate(AT.GeneratorParams(calls_mean=20, calls_sd=0), s) for s in range(3)],
-                          block_tokens=BLOCK * 128)
-    room = K.Tiers(hbm_bytes=2e4, dram_bytes=4e4, block_tokens=BLOCK * 128)
-    a, b = K.replay(trace, PURE, WriteAll(), room), K.replay(trace, PURE, LayerTypeGating(), room)
+    trace = kvoffload.agent_trace([generate(GeneratorParams(calls_mean=20, calls_sd=0), s) for s in range(3)],
+                                  block_tokens=BLOCK * 128)
+    room = kvoffload.Tiers(hbm_bytes=2e4, dram_bytes=4e4, block_tokens=BLOCK * 128)
+    a, b = kvoffload.replay(trace, PURE, WriteAll(), room), kvoffload.replay(trace, PURE, LayerTypeGating(), room)
     assert a.ssd_bytes_written > 0 and a == b
 
 
 def test_merged_writes_change_write_amplification_not_bytes():
     trace = [request(t, [t + 1]) for t in range(6)]
-    drive = K.Drive("d", tbw=1e15, capacity_bytes=1e12, spare_fraction=0.07, erase_unit_bytes=4096, source="t")
+    drive = kvoffload.Drive("d", tbw=1e15, capacity_bytes=1e12, spare_fraction=0.07, erase_unit_bytes=4096, source="t")
     room = tiers(KV + 100, KV + 100)
-    plain, merged = K.replay(trace, HYBRID, LayerTypeGating(), room), K.replay(trace, HYBRID,
+    plain, merged = kvoffload.replay(trace, HYBRID, LayerTypeGating(), room), kvoffload.replay(trace, HYBRID,
                                                                               LayerTypeGatingMerged(), room)
     assert plain.ssd_bytes_written == merged.ssd_bytes_written > 0
     assert merged.write_amplification(drive) == 1.0 < plain.write_amplification(drive)
@@ -91,16 +91,16 @@ def test_merged_writes_change_write_amplification_not_bytes():
 
 
 def test_replay_is_deterministic():
-    trace = K.agent_trace([AT.generate(AT.GeneratorParams(calls_mean=10, calls_sd=0), s) for s in range(2)])
-    profile = K.load_data()[0]["qwen3-next-80b-a3b"]
-    room = K.Tiers(hbm_bytes=1e9, dram_bytes=2e9)
-    assert K.replay(trace, profile, WriteAll(), room) == K.replay(trace, profile, WriteAll(), room)
+    trace = kvoffload.agent_trace([generate(GeneratorParams(calls_mean=10, calls_sd=0), s) for s in range(2)])
+    profile = kvoffload.load_data()[0]["qwen3-next-80b-a3b"]
+    room = kvoffload.Tiers(hbm_bytes=1e9, dram_bytes=2e9)
+    assert kvoffload.replay(trace, profile, WriteAll(), room) == kvoffload.replay(trace, profile, WriteAll(), room)
 
 
 def test_agent_sessions_share_the_previous_calls_full_blocks():
-    traj = AT.Trajectory("t", (AT.Turn("system", 10), AT.Turn("tool_call", 3), AT.Turn("tool_output", 5),
-                                AT.Turn("tool_call", 3)))
-    first, second = K.agent_trace([traj], block_tokens=4)
+    traj = Trajectory("t", (Turn("system", 10), Turn("tool_call", 3), Turn("tool_output", 5),
+                                Turn("tool_call", 3)))
+    first, second = kvoffload.agent_trace([traj], block_tokens=4)
     assert first.input_length == 10 and second.input_length == 18
     assert second.hash_ids[:2] == first.hash_ids[:2] and second.hash_ids[2] != first.hash_ids[2]
 
@@ -113,21 +113,21 @@ def test_agent_sessions_share_the_previous_calls_full_blocks():
 ])
 def test_bad_trace_lines_are_refused_by_line_number(row, message):
     good = {"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}
-    with pytest.raises(K.SimulatorError, match=message):
-        K.read_trace([good, row], block_tokens=4)
+    with pytest.raises(kvoffload.SimulatorError, match=message):
+        kvoffload.read_trace([good, row], block_tokens=4)
 
 
 def test_bad_profiles_and_caches_are_refused():
-    with pytest.raises(K.SimulatorError, match="3 full-attention \\+ 3 linear layers != 4 layers"):
-        K.ModelProfile("x", 4, 3, 3, 2, 10, 100, "t")
-    with pytest.raises(K.SimulatorError, match="cannot hold one block"):
-        K.replay([request(0, [1])], HYBRID, WriteAll(), tiers(KV, 10))
-    with pytest.raises(K.SimulatorError, match="checkpoint"):
-        K.replay([request(0, [1])], HYBRID, WriteAll(), tiers(1000, 1000), checkpoint="never")
+    with pytest.raises(kvoffload.SimulatorError, match="3 full-attention \\+ 3 linear layers != 4 layers"):
+        kvoffload.ModelProfile("x", 4, 3, 3, 2, 10, 100, "t")
+    with pytest.raises(kvoffload.SimulatorError, match="cannot hold one block"):
+        kvoffload.replay([request(0, [1])], HYBRID, WriteAll(), tiers(KV, 10))
+    with pytest.raises(kvoffload.SimulatorError, match="checkpoint"):
+        kvoffload.replay([request(0, [1])], HYBRID, WriteAll(), tiers(1000, 1000), checkpoint="never")
 
 
 def test_the_shipped_profiles_add_up():
-    profiles, drives = K.load_data()
+    profiles, drives = kvoffload.load_data()
     assert {"qwen3-next-80b-a3b", "llama-3.1-8b"} <= set(profiles) and "990-pro-2tb" in drives
     qwen = profiles["qwen3-next-80b-a3b"]
     assert qwen.kv_bytes_per_token == 12 * 2 * 2 * 256 * 2 and qwen.hybrid and not profiles["llama-3.1-8b"].hybrid

@@ -18,7 +18,7 @@ def result():
     model, tokenizer = smollm_stub.stand_in()
     patch = pytest.MonkeyPatch()
     knobs = {"STEPS": 2, "BATCH": 2, "LENGTH": 32, "CURVE": ["1", "2"], "PREFIX": 16, "SCORED": 32, "SPANS": 3,
-             "TASKS": {suite.LC.COMPLETION: 2}, "TASK_LENGTH": 160}
+             "TASKS": {suite.longcontext.COMPLETION: 2}, "TASK_LENGTH": 160}
     for name, value in knobs.items():
         patch.setattr(suite, name, value)
     patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))

@@ -19,7 +19,7 @@ def result():
     patch = pytest.MonkeyPatch()
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
-             "SCORED": 32, "SPANS": 3, "TASKS": {suite.LC.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
+             "SCORED": 32, "SPANS": 3, "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
              "ROUNDS": 2, "CALLS_PER_ROUND": 1}
     for name, value in knobs.items():
         patch.setattr(suite, name, value)
