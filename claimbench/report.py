@@ -36,8 +36,10 @@ def claims_rows(latest: list[Verdict]) -> list[list[str]]:
 HEADERS = ["paper", "claim", "claimed", "measured [95% interval]", "machine", "verdict", "gate", "run", "why"]
 
 
-def claims_table(latest: list[Verdict], width: int = 60) -> str:
-    rows = [[*r[:-1], _clip(r[-1], width)] for r in claims_rows(latest)]
+def claims_table(latest: list[Verdict], claimed_width: int = 44, why_width: int = 60) -> str:
+    """The terminal's table: the claim's text and the why clipped (the full text is in --json and reports/)."""
+    rows = [[paper, claim, _clip(claimed, claimed_width), *middle, _clip(why, why_width)]
+            for paper, claim, claimed, *middle, why in claims_rows(latest)]
     return tabulate(rows, HEADERS, tablefmt="simple")
 
 

@@ -197,3 +197,13 @@ def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
     failed = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.GATE_FAILED, commit="b" * 40)])
     assert failed == ("epyc reproduced, xeon gate failed: files on its code path differ between aaaaaaaa and "
                       "bbbbbbbb, no interval on xeon (gate failed)")
+
+
+def test_the_terminal_table_clips_the_long_texts_and_keeps_the_interval():
+    from claimbench import report
+    long = claim(claimed_text="a claim whose text runs on well past what a terminal column can hold")
+    found = verdicts.Verdict(long, "epyc", verdicts.PARTLY, measured=2.5, low=2.1, high=2.9, reason="why " * 40,
+                             mode="full", inputs="d", inputs_status=verdicts.CURRENT)
+    row = report.claims_table([found]).splitlines()[2]
+    assert "a claim whose text runs on well past what a…" in row and "2.5x [2.1, 2.9]" in row
+    assert row.endswith("…")  # the why, clipped
