@@ -6,7 +6,8 @@ their own: they never raise an alert against a full run's history.
 Two rules, and each alert says which fired:
 - `asv step`: asv's own step detection, for steps inside the history.
 - `newest point`: the newest value against a reference, the better of the previous value and the
-  median of the REFERENCE_POINTS values before it (after a climb, the level it climbed to; after a
+  median of the REFERENCE_POINTS values before it, within the level since asv's last step (a step
+  asv reports is not raised again at each later run that stays at its level) (after a climb, the level it climbed to; after a
   drop at the last two points, the level before them). It is flagged when it is worse by more than
   SINGLE_POINT_MARGIN times the series' threshold (asv's steps average many points; a lone newest
   point carries its whole noise) and by more than NOISE_Z times the history's noise: the standard
@@ -185,11 +186,14 @@ def newest_point(values: list[float], direction: str, threshold: float) -> tuple
 
 
 def detect(values: list[float], direction: str, threshold: float) -> list[tuple[int, int, float, float, str]]:
-    """Both rules over one series: (index before, index after, value before, latest value, rule);
-    the newest-point rule only where asv's steps do not already end at the newest value."""
+    """Both rules over one series: (index before, index after, value before, latest value, rule).
+    The newest-point rule judges the newest value against the level since asv's last step (the whole
+    history where asv found none): a step asv already reports, acknowledged or not, is not raised
+    again at each later run that stays at its level; a further drop after it is."""
     found = [(*f, "asv step") for f in find_regressions(values, direction, threshold)]
-    if not any(after == len(values) - 1 for _, after, _, _, _ in found):
-        newest = newest_point(values, direction, threshold)
+    since = max((after for _, after, _, _, _ in found), default=0)
+    if since < len(values) - 1:
+        newest = newest_point(values[since:], direction, threshold)
         if newest is not None:
             found.append((len(values) - 2, len(values) - 1, newest[0], newest[1], "newest point"))
     return found

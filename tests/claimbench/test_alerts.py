@@ -178,6 +178,14 @@ def test_the_newest_point_rule_catches_a_drop_after_a_climb_that_asv_calls_noise
     assert v_before == pytest.approx(max(values[-2], sorted(values[-4:-1])[1]))
 
 
+def test_a_step_asv_reports_is_not_raised_again_by_the_runs_that_stay_at_its_level():
+    level = [10.0, 10.2, 9.9, 10.1, 10.0, 10.1, 9.8, 10.0]
+    (before, after, v_before, v_after, rule), = alerts.detect(level + [6.0, 6.0], "higher", 0.05)
+    assert rule == "asv step" and after == len(level) and v_after == 6.0  # (once also "newest point", 9.8 -> 6)
+    further = alerts.detect(level + [6.0, 6.0, 3.0], "higher", 0.05)
+    assert len(level) + 2 in {after for _, after, *_ in further}  # a drop below that level is raised
+
+
 def test_cli_fails_on_a_halved_newest_commit_after_a_climb_until_acknowledged(tmp_path, capsys):
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
