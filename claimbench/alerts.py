@@ -6,18 +6,19 @@ their own: they never raise an alert against a full run's history.
 Two rules, and each alert says which fired:
 - `asv step`: asv's own step detection, for steps inside the history.
 - `newest point`: the newest value against a reference, the better of the previous value and the
-  median of the REFERENCE_POINTS values before it, within the level since asv's last step (a step
-  asv reports is not raised again at each later run that stays at its level) (after a climb, the level it climbed to; after a
-  drop at the last two points, the level before them). It is flagged when it is worse by more than
-  SINGLE_POINT_MARGIN times the series' threshold (asv's steps average many points; a lone newest
-  point carries its whole noise) and by more than NOISE_Z times the history's noise: the standard
-  deviation of its successive relative changes about their median, the one farthest out left aside
-  (so one earlier step does not widen it), times 1.08 for what leaving it aside takes off. A series
-  that climbs steadily has little noise, however far it climbed. asv's step detection judges a
-  single trailing point after a climb as noise; a CI job that runs on every change always sees its
-  new commit as that trailing point. With fewer than MIN_HISTORY values before the newest, twice
-  the threshold stands in for the noise. (The scale estimate, NOISE_Z and SINGLE_POINT_MARGIN were
-  chosen on planted series: harness.AlertRecall.)
+  median of the REFERENCE_POINTS values before it (after a climb, the level it climbed to; after a
+  drop at the last two points, the level before them), over the values since asv's last step: a
+  step asv reports is not raised again by each later run at its level (on harness.AlertRecall's
+  planted series, recall and false alarms are the same either way). It is flagged when it is worse
+  by more than SINGLE_POINT_MARGIN times the series' threshold (asv's steps average many points; a
+  lone newest point carries its whole noise) and by more than NOISE_Z times the history's noise:
+  the standard deviation of its successive relative changes about their median, the one farthest
+  out left aside (so one earlier step does not widen it), times 1.08 for what leaving it aside takes
+  off. A series that climbs steadily has little noise, however far it climbed. asv's step detection
+  judges a single trailing point after a climb as noise; a CI job that runs on every change always
+  sees its new commit as that trailing point. With fewer than MIN_HISTORY values before the newest,
+  twice the threshold stands in for the noise. (The scale estimate, NOISE_Z and SINGLE_POINT_MARGIN
+  were chosen on planted series: harness.AlertRecall.)
 
 asv assumes lower is better. A higher-is-better series of positive values is inverted (1/y),
 which keeps relative step sizes, so asv's relative threshold means the same in both directions;
