@@ -240,8 +240,8 @@ def alert_table(version) -> pd.DataFrame:
         if con is None:
             return []
         latest, history = verdicts.compute_with_history(con, registry.load(), store_history=False)
-        found = (alerts.regressions(con, alerts.Thresholds.from_pyproject()) + alerts.gate_and_flip_alerts(latest, history)
-                 + alerts.budget_alerts(con))
+        found = (alerts.regressions(con, alerts.Thresholds.from_pyproject())
+                 + alerts.gate_and_flip_alerts(latest, history) + alerts.budget_alerts(con))
         return alerts.acknowledge(found, alerts.acknowledgements())
     found = _read(query)
     df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from claimbench import intervals
 from claimbench.datasets import longcontext
 from claimbench.llm.model import KVCache, Llama
 
@@ -173,19 +174,16 @@ def weights_quality(model: Llama, tokenizer, eos: int, weights: dict[str, torch.
 
 def perplexity(nll: Sequence[float]):
     """exp of the mean of per-span (or per-token) NLLs, with a bootstrap interval over them (kept as its samples)."""
-    from claimbench import intervals
     return intervals.bootstrap(nll, lambda xs: math.exp(sum(xs) / len(xs)), nll)
 
 
 def perplexity_ratio(reference: Sequence[float], method: Sequence[float]):
     """Perplexity of method / of reference on the same spans (per-span NLLs), paired bootstrap."""
-    from claimbench import intervals
     items = list(zip(reference, method))
     return intervals.bootstrap(items, lambda xs: math.exp(sum(m - r for r, m in xs) / len(xs)))
 
 
 def points_change(reference: Sequence[float], method: Sequence[float]):
     """Task accuracy of method minus reference's, in points, paired over the same samples."""
-    from claimbench import intervals
     items = list(zip(reference, method))
     return intervals.bootstrap(items, lambda xs: 100 * sum(m - r for r, m in xs) / len(xs))

@@ -23,7 +23,8 @@ def test_planted_step_is_found_in_either_direction(direction, before, after):
 
 def test_a_lucky_run_after_the_step_does_not_turn_the_change_around():
     """IVF-Flat's QPS on this VM: 181, then 155, one lucky 235, then 149 and 148: a drop, reported as one."""
-    (i_before, i_after, v_before, v_after), = alerts.find_regressions([181.0, 155.0, 235.0, 149.0, 148.0], "higher", 0.05)
+    values = [181.0, 155.0, 235.0, 149.0, 148.0]
+    (i_before, i_after, v_before, v_after), = alerts.find_regressions(values, "higher", 0.05)
     assert (i_before, i_after, v_before, v_after) == (0, 1, 181.0, 148.0)
 
 

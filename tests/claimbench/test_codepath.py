@@ -89,5 +89,6 @@ def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_cha
 
 
 def test_two_runs_of_one_commit_say_the_code_did_not_change():
-    assert "both values were measured at 0123abcd" in alerts._code_path_note("s.x", "0123abcd" * 5, "0123abcd" * 5, None)
+    same = "0123abcd" * 5
+    assert "both values were measured at 0123abcd" in alerts._code_path_note("s.x", same, same, None)
     assert alerts._code_path_note("pytest:kernels/test_x.py::t", None, None, None) == ""  # results without a commit

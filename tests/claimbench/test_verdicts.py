@@ -18,7 +18,8 @@ def P(**params):
 
 def test_reproduced_partly_not_reproduced():
     assert verdicts.judge(claim(), {P(d="a"): 2.5}).verdict == verdicts.REPRODUCED
-    assert verdicts.judge(claim(), {P(d="a"): 1.92}).verdict == verdicts.REPRODUCED  # within 10% of the claimed gain (1.0)
+    # within 10% of the claimed gain (1.0)
+    assert verdicts.judge(claim(), {P(d="a"): 1.92}).verdict == verdicts.REPRODUCED
     assert verdicts.judge(claim(), {P(d="a"): 1.85}).verdict == verdicts.PARTLY
     assert verdicts.judge(claim(claimed=(1.14, 1.63)), {P(): 1.04}).verdict == verdicts.PARTLY
     assert verdicts.judge(claim(), {P(d="a"): 1.5}).verdict == verdicts.PARTLY
@@ -171,8 +172,8 @@ def test_a_rounding_error_short_of_the_claim_reaches_it():
 
 
 def machine_verdict(machine, verdict, value=None, low=None, high=None, commit="a" * 40, mode="full", inputs="d"):
-    return verdicts.Verdict(claim(), machine, verdict, measured=value, low=low, high=high, commit_hash=commit, mode=mode,
-                            inputs=inputs, inputs_status=verdicts.CURRENT)
+    return verdicts.Verdict(claim(), machine, verdict, measured=value, low=low, high=high, commit_hash=commit,
+                            mode=mode, inputs=inputs, inputs_status=verdicts.CURRENT)
 
 
 def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
@@ -182,8 +183,9 @@ def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
         "the 2 machines agree: reproduced"
     older = machine_verdict("xeon", verdicts.REPRODUCED, 3.0, mode="unrecorded", inputs="")
     older.inputs_status = verdicts.INPUTS_UNRECORDED
-    assert verdicts.across_machines([epyc, older]) == ("the 2 machines agree: reproduced (from runs on different modes or "
-                                                       "inputs: epyc: full, current inputs; xeon: unrecorded, inputs not recorded)")
+    assert verdicts.across_machines([epyc, older]) == (
+        "the 2 machines agree: reproduced (from runs on different modes or "
+        "inputs: epyc: full, current inputs; xeon: unrecorded, inputs not recorded)")
     near = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.PARTLY, 1.9, 1.5, 2.2)])
     assert near.startswith("epyc reproduced, xeon partly: their intervals overlap")
     apart = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.PARTLY, 1.5, 1.3, 1.7)])

@@ -36,7 +36,8 @@ def test_kv_drop_never_rewrites():
 
 
 def test_observation_masking_invalidates_from_the_edit():
-    bills = agentcost.replay(ObservationMasking(keep_last=1, placeholder_tokens=5), TRAJ, window=10_000, min_cacheable=0)
+    masking = ObservationMasking(keep_last=1, placeholder_tokens=5)
+    bills = agentcost.replay(masking, TRAJ, window=10_000, min_cacheable=0)
     # call 3: output 1 becomes a 5-token placeholder: cache valid only up to tool_call 1
     assert tokens(bills)[2] == (160, 5 + 10 + 200, 0, 10)
 

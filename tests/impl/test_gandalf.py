@@ -14,8 +14,8 @@ KV = 10 * BLOCK  # one block's KV: 40 bytes
 
 
 def tiers(hbm, dram, ssd=10_000):
-    return kvoffload.Tiers(hbm_bytes=hbm, dram_bytes=dram, ssd_bytes=ssd, block_tokens=BLOCK, prefill_tokens_per_s=100.0,
-                           ssd_read_bytes_per_s=1000.0)
+    return kvoffload.Tiers(hbm_bytes=hbm, dram_bytes=dram, ssd_bytes=ssd, block_tokens=BLOCK,
+                           prefill_tokens_per_s=100.0, ssd_read_bytes_per_s=1000.0)
 
 
 def request(t, blocks, tokens=None):
