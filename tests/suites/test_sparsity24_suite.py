@@ -56,3 +56,11 @@ def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
     """Even a random model loses perplexity when half its weights go (the direction, not a size)."""
     ratio = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
     assert ratio.value > 1 and ratio.n == 3
+
+
+def test_the_run_modes_spans_and_calibration_fit_the_pinned_license_texts():
+    """segment_nll would refuse too few held-out tokens only after the first format's compression."""
+    _, tokenizer = smollm_stub.stand_in()
+    calibration, held_out = suite.text.token_halves(tokenizer)
+    assert suite.SPANS * (suite.PREFIX + suite.SCORED + 1) <= len(held_out)
+    assert suite.CALIBRATION_TOKENS <= len(calibration)
