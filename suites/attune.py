@@ -201,14 +201,23 @@ class Tuning(_Measured):
         return intervals.ratio_of_rounds(point["seconds"]["start"], self._seconds(point, proposer))
     track_audited_speedup.unit = metrics.SPEEDUP.unit
 
+    @staticmethod
+    def _tokens_per_s(point: dict, seconds: list[float]) -> intervals.Estimate:
+        """Tokens per second of each re-timed step: the median, its interval, and the steps as the
+        samples the alerts' rank test compares between runs."""
+        tokens = point["start"]["train.tokens_per_step"]
+        return intervals.median_of([tokens / s for s in seconds], "order statistics of timed steps")
+
+    @evidence.estimate
     def track_tuned_tokens_per_s(self, r, job, proposer):
         point = r["jobs"][job]
-        return point["start"]["train.tokens_per_step"] / intervals.median_of(self._seconds(point, proposer)).value
+        return self._tokens_per_s(point, self._seconds(point, proposer))
     track_tuned_tokens_per_s.unit = metrics.TOKENS_PER_S.unit
 
+    @evidence.estimate
     def track_start_tokens_per_s(self, r, job, proposer):
         point = r["jobs"][job]
-        return point["start"]["train.tokens_per_step"] / intervals.median_of(point["seconds"]["start"]).value
+        return self._tokens_per_s(point, point["seconds"]["start"])
     track_start_tokens_per_s.unit = metrics.TOKENS_PER_S.unit
 
     def track_trials(self, r, job, proposer):

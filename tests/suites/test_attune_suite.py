@@ -46,6 +46,11 @@ def test_equal_recipes_are_timed_once_and_share_their_rounds(measured):
     assert tuning.track_audited_speedup.__wrapped__(tuning, r, "moe-lm", "grid search").value == 1.0
     assert tuning.track_audited_speedup.__wrapped__(tuning, r, "moe-lm", "profiler-guided").value == 2.0
     assert tuning.track_tunable_changes_rejected(r, "moe-lm", "profiler-guided") == 1
+    tokens = point["start"]["train.tokens_per_step"]
+    start = tuning.track_start_tokens_per_s.__wrapped__(tuning, r, "moe-lm", "external script")
+    tuned = tuning.track_tuned_tokens_per_s.__wrapped__(tuning, r, "moe-lm", "external script")
+    assert (start.value, tuned.value) == (tokens / 2, tokens)
+    assert start.samples == (tokens / 2,) * 6  # every timed step, for the alerts' rank test between runs
 
 
 def test_claim_rows_and_the_audit(measured):
