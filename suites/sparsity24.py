@@ -122,7 +122,7 @@ def accuracy_change(accuracy: dict, name: str, reference: str) -> intervals.Esti
 
 class _Measured(common.ComputedOnce):
     """The one setup_cache of Formats, EqualBits and CpuMatmul (asv keys it by module and line)."""
-    timeout = 2 * 3600  # full mode: 21 formats, about 35 minutes on 2 cores
+    timeout = 2 * 3600  # full mode: 21 formats, about 60 minutes on 2 cores (48 spans each)
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
