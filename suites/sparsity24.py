@@ -6,8 +6,8 @@ by RTN and by GPTQ; 2:4 by magnitude (fp16 values, and + INT8), Wanda and Sparse
 + INT8, + INT6, + INT4: RTN after Wanda, joint quantization in SparseGPT's loop); scales fp16 per
 group of 64. Calibration: the first 8,192 tokens of the license texts' first half, as 16 rows of
 512, block by block. Quality: perplexity on the held-out second half (48 spans of 448 scored
-tokens after a 64-token prefix, 24,624 of its 26,096 tokens; a paired bootstrap over spans for every
-change: 16 spans left the INT4-vs-INT3 claim inconclusive, 1.12 [0.997, 1.24]) and accuracy on two
+tokens after a 64-token prefix, 24,624 of its 26,096 tokens: three times the 16 spans that left the
+INT4-vs-INT3 claim's interval 0.25 wide; a paired bootstrap over spans for every change) and accuracy on two
 short tasks dense SmolLM2 solves (the completion-style needle task and single-needle retrieval at
 600 tokens, 12 samples each, pooled: a Wilson interval, paired changes). Pairs at equal bits: each
 2:4 + INTb beside the dense INT(b/2 + 1) quantized the same way (RTN for magnitude and Wanda, GPTQ
