@@ -206,7 +206,7 @@ class Tuning(_Measured):
         """Tokens per second of each re-timed step: the median, its interval, and the steps as the
         samples the alerts' rank test compares between runs."""
         tokens = point["start"]["train.tokens_per_step"]
-        return intervals.median_of([tokens / s for s in seconds], "order statistics of timed steps")
+        return intervals.median_of([tokens / s for s in seconds])
 
     @evidence.estimate
     def track_tuned_tokens_per_s(self, r, job, proposer):
