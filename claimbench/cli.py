@@ -156,6 +156,7 @@ def cmd_device_run(args) -> int:
     from . import device
     argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else [])
     argv += ["--machine", args.machine] if args.machine else []
+    argv += ["--commit", args.commit] if args.commit else []
     return device.main(argv)
 
 
@@ -250,6 +251,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for the results, to bring back and ingest")
     p.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the format, spend no GPU time")
     p.add_argument("--machine", help="machine name (default: gpu-<GPU name>)")
+    p.add_argument("--commit", help="commit the results are filed under (default: git HEAD)")
     p.set_defaults(func=cmd_device_run)
 
     p = sub.add_parser("app", help="serve the Streamlit leaderboard")

@@ -44,6 +44,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -335,9 +336,20 @@ def _commit(root: Path) -> str:
         return "0" * 40  # a copy without git history (a device machine's working tree may have none)
 
 
+def _guarded(bench: str, measure, progress) -> dict:
+    """measure(), or {} with its traceback in the log: a benchmark that breaks on this device is left
+    out, and the others' minutes of device time still land in the results."""
+    try:
+        return measure()
+    except Exception:
+        progress(f"device-run: {bench}: failed, left out of the results\n{traceback.format_exc()}")
+        return {}
+
+
 def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path = REPO_ROOT,
-        progress=print) -> Path:
-    """Run every device benchmark this machine can; write DIR/<machine>/ as ingest reads it."""
+        progress=print, commit: str | None = None) -> Path:
+    """Run every device benchmark this machine can; write DIR/<machine>/ as ingest reads it. commit:
+    what the results are filed under (default: the repository's HEAD, where it has its git history)."""
     if dry_run:
         if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError("--dry-run runs Triton's interpreter, which must be chosen before triton is "
@@ -349,7 +361,7 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
         raise SystemExit("claimbench device-run: no CUDA device here (torch.cuda.is_available() is False); "
                          "use --dry-run to check the output format on the CPU")
     name = machine or ("dry-run-" + socket.gethostname() if dry_run else machine_name())
-    commit, mode = _commit(root), "dry-run" if dry_run else "full"
+    commit, mode = commit or _commit(root), "dry-run" if dry_run else "full"
     machine_dir = out / name
     evidence_path = machine_dir / f"{commit[:8]}{evidence.SUFFIX}"
     if evidence_path.exists():
@@ -358,9 +370,10 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
         progress(f"device-run: {item.benchmark}: {item.what}" if item.runnable else
                  f"device-run: {item.benchmark}: skipped ({item.why_not})")
     started = time.time()
-    decode = ssa_decode(device, DRY if dry_run else FULL, progress)
-    matmuls = sparse24_matmul(device, SPARSE24_DRY if dry_run else SPARSE24, progress)
-    e8 = e8_matmul(device, E8_DRY if dry_run else E8, progress)
+    decode = _guarded("gpu.SsaDecode", lambda: ssa_decode(device, DRY if dry_run else FULL, progress), progress)
+    matmuls = _guarded("gpu.Sparse24Matmul",
+                       lambda: sparse24_matmul(device, SPARSE24_DRY if dry_run else SPARSE24, progress), progress)
+    e8 = _guarded("gpu.E8Matmul", lambda: e8_matmul(device, E8_DRY if dry_run else E8, progress), progress)
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
     ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
@@ -370,19 +383,22 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
             evidence.record(f"{bench}.track_speedup_vs_dense", params, decode[n]["speedup"], evidence_path)
         evidence.record(f"{bench}.track_dense_seconds", params, decode[n]["dense_s"], evidence_path)
         evidence.record(f"{bench}.track_sparse_seconds", params, decode[n]["sparse_s"], evidence_path)
-    path = asvfiles.write_run(out, name, commit, int(started * 1000), {
-        **_matmul_columns("gpu.Sparse24Matmul", matmuls, SPARSE24_KERNELS, evidence_path, progress),
-        **_matmul_columns("gpu.E8Matmul", e8, E8_KERNELS, evidence_path, progress),
-        f"{bench}.track_speedup_vs_dense": (["context"], [contexts],
-                                            [decode[n]["speedup"].value if ok[n] else None for n in contexts], "x"),
-        f"{bench}.track_max_error_vs_reference": (["context"], [contexts], [decode[n]["max_error"] for n in contexts],
-                                                  "relative error"),
-        f"{bench}.track_dense_seconds": (["context"], [contexts], [decode[n]["dense_s"].value for n in contexts],
-                                         "seconds"),
-        f"{bench}.track_sparse_seconds": (["context"], [contexts], [decode[n]["sparse_s"].value for n in contexts],
-                                          "seconds"),
-    }, env_name=f"device-py{sys.version_info[0]}.{sys.version_info[1]}", machine_info=_machine_info(name),
-        python=platform.python_version())
+    columns = {**(_matmul_columns("gpu.Sparse24Matmul", matmuls, SPARSE24_KERNELS, evidence_path, progress)
+                  if matmuls else {}),
+               **(_matmul_columns("gpu.E8Matmul", e8, E8_KERNELS, evidence_path, progress) if e8 else {})}
+    if contexts:
+        columns.update({
+            f"{bench}.track_speedup_vs_dense": (["context"], [contexts],
+                                                [decode[n]["speedup"].value if ok[n] else None for n in contexts], "x"),
+            f"{bench}.track_max_error_vs_reference": (["context"], [contexts],
+                                                      [decode[n]["max_error"] for n in contexts], "relative error"),
+            f"{bench}.track_dense_seconds": (["context"], [contexts], [decode[n]["dense_s"].value for n in contexts],
+                                             "seconds"),
+            f"{bench}.track_sparse_seconds": (["context"], [contexts],
+                                              [decode[n]["sparse_s"].value for n in contexts], "seconds")})
+    path = asvfiles.write_run(out, name, commit, int(started * 1000), columns,
+                              env_name=f"device-py{sys.version_info[0]}.{sys.version_info[1]}",
+                              machine_info=_machine_info(name), python=platform.python_version())
     environment.write_sidecar(machine_dir)
     environment.write_run_record(machine_dir, commit, mode, {"gpu": {}})
     progress(f"device-run: wrote {path} in {time.time() - started:.0f}s; bring {out} back and run "
@@ -407,9 +423,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, type=Path, help="folder for the results (brought back and ingested)")
     ap.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the format, spend no GPU time")
     ap.add_argument("--machine", help="machine name (default: gpu-<GPU name>)")
+    ap.add_argument("--commit", help="commit the results are filed under (default: git HEAD; a copy of the "
+                    "working tree without its history needs it)")
     args = ap.parse_args(argv)
     _map_folders()
-    run(args.out, dry_run=args.dry_run, machine=args.machine)
+    run(args.out, dry_run=args.dry_run, machine=args.machine, commit=args.commit)
     return 0
 
 

@@ -59,3 +59,13 @@ def test_the_dry_run_runs_from_a_bare_copy(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "wrote" in out.stdout and list((tmp_path / "o" / "bare").glob("*-device-py*.json"))
     assert out.stdout.strip().splitlines()[-1] == str(clone / "impl" / "sparse_decode_triton.py")  # the copy's code
+
+
+def test_a_benchmark_that_breaks_is_left_out_with_its_traceback_and_the_rest_still_land():
+    lines = []
+
+    def breaks():
+        raise RuntimeError("no kernel image for this architecture")
+    assert device._guarded("gpu.E8Matmul", breaks, lines.append) == {}
+    assert "gpu.E8Matmul: failed" in lines[0] and "no kernel image" in lines[0]
+    assert device._guarded("gpu.SsaDecode", lambda: {1024: "row"}, lines.append) == {1024: "row"} and len(lines) == 1
