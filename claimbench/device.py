@@ -9,16 +9,17 @@ paper with a GPU part adds its measurement here and its rows there), under the s
 - `gpu.SsaDecode` (PAPERS.md A2, claim decode-speedup-1m): the Triton sparse decode kernel over
   the n / 50 selected tokens (50x sparsity) vs torch SDPA dense decode over all n, for one decode
   step of one layer at 32K-1M context, with Llama-3-8B's attention shape (32 query heads, 8 KV
-  heads, head dim 128, bf16); interleaved rounds timed with CUDA events; gated on the kernel
-  matching the torch reference (fp32) on the same inputs. Measured instead of the paper's setup:
+  heads, head dim 128, bf16); interleaved rounds timed with CUDA events (`_timer`: ten calls a round,
+  each after an L2 flush); gated on the kernel matching the torch reference (fp32) on the same
+  inputs. Measured instead of the paper's setup:
   the attention kernel alone; the selection (proxy scores over all n keys) is not in the time, and
   the baseline is torch's SDPA, not FlashInfer.
 - `gpu.Sparse24Matmul` (PAPERS.md C5, context for the claim speed-at-equal-bits): one linear layer's
   matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each storage format
-  through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`),
-  dense int8 x int8 (`torch._int_mm`), 2:4 int8 (semi-structured int8), weight-only int4
-  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed with CUDA
-  events, the ratio to dense fp16 per round, each kernel's relative error against the fp32 product
+  through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`, and
+  its cuSPARSELt op called directly), dense int8 x int8 (`torch._int_mm`), 2:4 int8 (cuSPARSELt's op
+  with int32 out: the tensor subclass's int8 product saturates), weight-only int4
+  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed as above, the ratio to dense fp16 per round, each kernel's relative error against the fp32 product
   of the weight it stores (a kernel erring by more than 5% gets no speed row). No kernel for INT5
   weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
   these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
@@ -61,7 +62,7 @@ SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 
                        "llama8b-ffn-up": (14336, 4096), "llama8b-ffn-down": (4096, 14336)},
             "tokens": [16, 256, 4096], "rounds": 15}
 SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6}
-SPARSE24_KERNELS = ["fp16", "2:4-fp16", "int8", "2:4-int8", "int4-weight-only"]
+SPARSE24_KERNELS = ["fp16", "2:4-fp16", "2:4-fp16-cusparselt", "int8", "2:4-int8", "int4-weight-only"]
 MATMUL_MAX_ERROR = 0.05
 E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15}
 E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3}
@@ -94,21 +95,35 @@ def plan(device: str) -> list[Planned]:
                     "" if gpu_faiss else "faiss with GPU support is not installed on this machine")]
 
 
-def _timer(device: str):
+CALLS_PER_ROUND = 10
+L2_FLUSH_BYTES = 256 * 2 ** 20  # several times an H100's or H200's L2 (50-60 MB)
+
+
+def _timer(device: str, calls: int = CALLS_PER_ROUND):
+    """timed(fn) -> seconds per call, the mean of `calls` calls. On CUDA each call is timed by its own
+    pair of events after a write of L2_FLUSH_BYTES (untimed), as triton.testing.do_bench does: every
+    call starts with a cold L2, and the flush gives the host time to queue the call, so launch latency
+    is not counted as kernel time; one synchronize per round."""
     import torch
     if device == "cuda":
+        flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
         def timed(fn):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(calls)]
+            for start, end in events:
+                flush.zero_()
+                start.record()
+                fn()
+                end.record()
             torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3
+            return sum(start.elapsed_time(end) for start, end in events) / calls / 1e3
     else:
         def timed(fn):
             begin = time.perf_counter()
-            fn()
-            return time.perf_counter() - begin
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - begin) / calls
     return timed
 
 
@@ -188,30 +203,37 @@ def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str,
         stored = to_sparse_semi_structured(p16)
         return (lambda x: F.linear(x.half(), stored)), p16.float()
 
+    def sparse16_cusparselt():  # the same kernel through torch's op, without the tensor subclass's dispatch
+        compressed = torch._cslt_compress(p16)
+        return (lambda x: torch._cslt_sparse_mm(compressed, x.half().T).T), p16.float()
+
     def int8_dense():
         w8 = q8.to(torch.int8)  # (out, in) row-major: w8.T is the column-major (in, out) operand cuBLASLt takes
         return (lambda x: torch._int_mm(torch.round(x / _ACT_SCALE).clamp(-127, 127).to(torch.int8), w8.T).float()
                 * (scale.T * _ACT_SCALE)), q8 * scale
 
-    def int8_sparse():
-        stored = to_sparse_semi_structured(p8.to(torch.int8))
-        return (lambda x: torch.mm(stored, torch.round(x / _ACT_SCALE).clamp(-127, 127).to(torch.int8).T).float().T
+    def int8_sparse():  # torch's op with int32 out: the tensor subclass's int8 product saturates at int8
+        compressed = torch._cslt_compress(p8.to(torch.int8))
+        return (lambda x: torch._cslt_sparse_mm(compressed, torch.round(x / _ACT_SCALE).clamp(-127, 127)
+                                                .to(torch.int8).T, out_dtype=torch.int32).T.float()
                 * (scale.T * _ACT_SCALE)), p8 * scale
 
     def int4_weight_only():
         rows, cols = weight.shape
-        grouped = weight.reshape(rows, -1, 128)
+        group = 128 if cols % 128 == 0 else 64  # tinygemm takes 32-256; SmolLM2's 576 columns need 64
+        grouped = weight.reshape(rows, -1, group)
         low, high = grouped.amin(-1), grouped.amax(-1)
         step = ((high - low) / 15).clamp(min=1e-8)
         codes = torch.round((grouped - low.unsqueeze(-1)) / step.unsqueeze(-1)).clamp(0, 15).reshape(rows, cols)
         packed_bytes = (codes[:, ::2].to(torch.uint8) << 4) | codes[:, 1::2].to(torch.uint8)
-        packed = torch._convert_weight_to_int4pack(packed_bytes.contiguous(), 8)
+        packed = torch._convert_weight_to_int4pack(packed_bytes.contiguous(), 8 if cols % 128 == 0 else 4)
         zero = low + 8 * step  # (q - 8) * scale + zero
         scale_zero = torch.stack([step.T, zero.T], -1).to(torch.bfloat16).contiguous()
-        stored = (codes.reshape(rows, -1, 128) * step.unsqueeze(-1) + low.unsqueeze(-1)).reshape(rows, cols)
-        return (lambda x: torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, 128, scale_zero)), stored
+        stored = (codes.reshape(rows, -1, group) * step.unsqueeze(-1) + low.unsqueeze(-1)).reshape(rows, cols)
+        return (lambda x: torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, group, scale_zero)), stored
 
-    for name, build in zip(SPARSE24_KERNELS, (dense16, sparse16, int8_dense, int8_sparse, int4_weight_only)):
+    for name, build in zip(SPARSE24_KERNELS, (dense16, sparse16, sparse16_cusparselt, int8_dense, int8_sparse,
+                                              int4_weight_only)):
         attempt(name, build)
     return out
 
@@ -302,6 +324,9 @@ def _matmul_columns(bench: str, matmuls: dict, kernels: list[str], evidence_path
                                 {"shape": shape, "tokens": t, "kernel": kernel}, row[field], evidence_path)
         if "skipped" in row:
             progress(f"device-run: {bench} {shape} {t} {kernel}: skipped ({row['skipped']})")
+        elif "error" in row and "seconds" not in row:
+            progress(f"device-run: {bench} {shape} {t} {kernel}: not timed (relative error {row['error']:.3g} "
+                     f"> {MATMUL_MAX_ERROR})")
 
     def column(field):
         rows = [matmuls.get((shape, t), {}).get(kernel, {}).get(field) for shape, t, kernel in grid]

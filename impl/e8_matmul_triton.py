@@ -3,11 +3,14 @@ y = x W^T with W stored as E8 codes, one 16-bit code per 8 weights (2.0 bits) an
 group of weights of a row, the codes decoded inside the matmul. Reconstructed (the paper's kernel
 is not in the digest): the decode is a lookup in the 2^16-point codebook table (every code's lattice
 point, `impl.e8qat.from_code`: 1 MiB in fp16, which stays in a GPU's L2), tile by tile, before each
-block's dot product; the codes travel as int16 (read back as unsigned). The torch reference and the
+block's dot product, with the tile shape autotuned per (tokens, rows, cols); the codes travel as int16
+(read back as unsigned). The torch reference and the
 "decode, then cuBLAS" baseline is `dequantize`. On CPU the kernel runs only under TRITON_INTERPRET=1
 (tests, `claimbench device-run --dry-run`); GPU timing needs a lent device (claimbench/device.py).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -34,7 +37,28 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, table: torch.Tensor, 
     return points.reshape(rows, -1) * scales.to(table.dtype).repeat_interleave(group_size, 1)
 
 
+def _configs() -> list:
+    """Tile shapes the autotuner tries per (tokens, rows, cols): narrow tiles for decode's few tokens
+    (more programs over the rows), wide ones for batches; one under the interpreter (tests, dry run)."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64})]
+    few = [triton.Config({"BLOCK_M": 16, "BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=3)
+           for n in (16, 32, 64) for k in (64, 128)]
+    many = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 64}, num_warps=w, num_stages=3)
+            for m in (32, 64, 128) for n in (64, 128) for w in (4, 8)]
+    return few + many
+
+
+def _fitting(configs, named_args, **kwargs):
+    """Configs whose BLOCK_K divides the columns (the kernel does not mask K) and whose BLOCK_M suits
+    the token count (16 for at most 16 tokens, wider above)."""
+    few_tokens, cols = named_args["M"] <= 16, named_args["K"]
+    kept = [c for c in configs if cols % c.kwargs["BLOCK_K"] == 0 and (c.kwargs["BLOCK_M"] == 16) == few_tokens]
+    return kept or [c for c in configs if cols % c.kwargs["BLOCK_K"] == 0][:1]
+
+
 if triton is not None:
+    @triton.autotune(configs=_configs(), key=["M", "N", "K"], prune_configs_by={"early_config_prune": _fitting})
     @triton.jit
     def _e8_matmul(X, CODES, SCALES, TABLE, OUT, M, N, K, stride_xm, stride_cn, stride_sn, stride_om,
                    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
@@ -67,10 +91,9 @@ def e8_matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, table
     assert cols % block_k == 0 and group_size % 8 == 0, f"cols {cols} must be a multiple of {block_k}"
     x, packed, scales = x.contiguous(), packed.contiguous(), scales.to(table.dtype).contiguous()
     out = torch.empty(tokens, rows, device=x.device, dtype=torch.float32)
-    block_m = 16 if tokens <= 16 else 64
-    block_n = 64
-    grid = (triton.cdiv(tokens, block_m), triton.cdiv(rows, block_n))
+
+    def grid(meta):
+        return triton.cdiv(tokens, meta["BLOCK_M"]), triton.cdiv(rows, meta["BLOCK_N"])
     _e8_matmul[grid](x, packed, scales, table, out, tokens, rows, cols, x.stride(0), packed.stride(0),
-                     scales.stride(0), out.stride(0), GROUP=group_size, BLOCK_M=block_m, BLOCK_N=block_n,
-                     BLOCK_K=block_k)
+                     scales.stride(0), out.stride(0), GROUP=group_size)
     return out

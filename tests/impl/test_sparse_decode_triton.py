@@ -17,10 +17,11 @@ for n, m in ((500, 37), (4096, 81)):
     k, v = torch.randn(1, 3, n, 64, generator=gen), torch.randn(1, 3, n, 64, generator=gen)
     index = torch.stack([torch.randperm(n, generator=gen)[:m] for _ in range(3)])
     log_w = torch.rand(3, m, generator=gen).log()
-    log_w[0, -3:] = float("-inf")  # padding entries
+    log_w[0, -5:] = float("-inf")  # padding entries: a whole last chunk of them where a chunk is a block
     ref = weighted_attention(q, k, v, index, log_w)
-    out = sparse_decode_attention(q, k, v, index, log_w, block=16)
-    assert torch.allclose(out, ref, atol=1e-5), (out - ref).abs().max()
+    for max_chunks in (1, 2, 128):  # one chunk; chunks of several blocks; a chunk per block
+        out = sparse_decode_attention(q, k, v, index, log_w, block=16, max_chunks=max_chunks)
+        assert torch.allclose(out, ref, atol=1e-5), (max_chunks, (out - ref).abs().max())
 print("ok")
 """
 
