@@ -6,14 +6,16 @@ name, driver, CUDA, library versions), the run record and the evidence (interval
 
 The benchmarks are those of `suites/gpu.py` (asv runs that suite where asv and a GPU both are; each
 paper with a GPU part adds its measurement here and its rows there), under the same names:
-- `gpu.SsaDecode` (PAPERS.md A2, claim decode-speedup-1m): the Triton sparse decode kernel over
-  the n / 50 selected tokens (50x sparsity) vs torch SDPA dense decode over all n, for one decode
-  step of one layer at 32K-1M context, with Llama-3-8B's attention shape (32 query heads, 8 KV
-  heads, head dim 128, bf16); interleaved rounds timed with CUDA events (`_timer`: ten calls a round,
-  each after an L2 flush); gated on the kernel matching the torch reference (fp32) on the same
-  inputs. Measured instead of the paper's setup:
-  the attention kernel alone; the selection (proxy scores over all n keys) is not in the time, and
-  the baseline is torch's SDPA, not FlashInfer.
+- `gpu.SsaDecode` (PAPERS.md A2, claim decode-speedup-1m): one SSA decode step of one layer at
+  32K-1M context with Llama-3-8B's attention shape (32 query heads, 8 KV heads, head dim 128, bf16):
+  the selection of n / 50 tokens (50x sparsity: PQ lookup-table proxy scores over all n keys,
+  water-filling, draws; impl.ssa.ssa_select_batched) and the Triton sparse decode kernel over them,
+  vs torch SDPA dense decode over all n; the kernel alone on a fixed selection beside it.
+  Interleaved rounds timed with CUDA events (`_timer`: ten calls a round, each after an L2 flush);
+  gated on the kernel matching the torch reference (fp32) on both selections. Measured instead of
+  the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
+  their values), the new token's encoding is not in the step, and the baseline is torch's SDPA, not
+  FlashInfer.
 - `gpu.Sparse24Matmul` (PAPERS.md C5, context for the claim speed-at-equal-bits): one linear layer's
   matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each storage format
   through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`, and
@@ -56,7 +58,7 @@ SPARSITY = 50
 FULL = {"contexts": [32_768, 131_072, 524_288, 1_048_576], "heads": 32, "kv_heads": 8, "head_dim": 128, "rounds": 15}
 DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6}
 # max |kernel - fp32 reference| on bf16 inputs (the dry run's fp32: far below), from the claim's gate
-GATE_TOLERANCE = registry.load().gate_of("gpu.SsaDecode.track_speedup_vs_dense").max
+GATE_TOLERANCE = registry.load().gate_of("gpu.SsaDecode.track_step_speedup_vs_dense").max
 BUDGET_S = 8 * 60  # every GPU benchmark together, within a lent machine's minutes
 SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 1536),
                        "llama8b-ffn-up": (14336, 4096), "llama8b-ffn-down": (4096, 14336)},
@@ -128,18 +130,21 @@ def _timer(device: str, calls: int = CALLS_PER_ROUND):
 
 
 def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGET_S) -> dict[int, dict]:
-    """Per context: the speedup estimate (per-round dense time / sparse time), both times and the
-    kernel's max error against the fp32 torch reference. Contexts are measured smallest first; once
+    """Per context: the speedup estimates (per-round dense time over the sparse kernel's, and over a
+    whole SSA decode step's: selection, then the kernel), the three times, and the kernel's max error
+    against the fp32 torch reference on both selections. Contexts are measured smallest first; once
     budget_s is spent the larger ones are left out, and a line says which."""
     started = time.monotonic()
     import torch
     import torch.nn.functional as F
 
-    from claimbench.llm.sparse import weighted_attention
     from claimbench.impl.sparse_decode_triton import sparse_decode_attention
+    from claimbench.impl.ssa import ssa_select_batched
+    from claimbench.llm.sparse import PQProxy, pq_head_probs, weighted_attention
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
+    proxy = PQProxy()  # SSA's proxy settings: sub-vectors x bits per head
     timed = _timer(device)
     out = {}
     for n in sizes["contexts"]:
@@ -151,21 +156,33 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
                    for shape in ((1, H, 1, d), (1, hkv, n, d), (1, hkv, n, d)))
         index = torch.stack([torch.randperm(n, generator=gen, device=device)[:m].sort().values for _ in range(hkv)])
         log_w = torch.rand(hkv, m, generator=gen, device=device).log()
-        reference = weighted_attention(q.float(), k.float(), v.float(), index, log_w)
-        error = float((sparse_decode_attention(q, k, v, index, log_w).float() - reference).abs().max())
+        # the proxy's codebooks and codes: random, as the step's cost does not depend on their values
+        books = torch.randn(hkv * proxy.subvectors, 2 ** proxy.bits, d // proxy.subvectors, generator=gen,
+                            device=device)
+        codes = torch.randint(0, 2 ** proxy.bits, (hkv * proxy.subvectors, n), generator=gen, device=device)
+
+        def select():
+            return ssa_select_batched(pq_head_probs(q, books, codes), m, gen)
+        error = 0.0
+        for chosen in ((index, log_w), select()):
+            reference = weighted_attention(q.float(), k.float(), v.float(), *chosen)
+            error = max(error, float((sparse_decode_attention(q, k, v, *chosen).float() - reference).abs().max()))
         sparse = lambda: sparse_decode_attention(q, k, v, index, log_w)  # noqa: E731
+        step = lambda: sparse_decode_attention(q, k, v, *select())  # noqa: E731
         dense = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
-        for fn in (sparse, dense):  # warm up: compile, caches
+        for fn in (sparse, step, dense):  # warm up: compile, caches
             fn()
-        times = {"dense": [], "sparse": []}
+        times = {"dense": [], "sparse": [], "step": []}
         for _ in range(sizes["rounds"]):
             times["dense"].append(timed(dense))
             times["sparse"].append(timed(sparse))
+            times["step"].append(timed(step))
         out[n] = {"speedup": intervals.ratio_of_rounds(times["dense"], times["sparse"]),
-                  "dense_s": intervals.median_of(times["dense"]), "sparse_s": intervals.median_of(times["sparse"]),
-                  "max_error": error}
-        progress(f"  ssa decode at {n:,} tokens: dense {out[n]['dense_s'].value * 1e6:.1f} us, sparse "
-                 f"{out[n]['sparse_s'].value * 1e6:.1f} us, {out[n]['speedup'].text()}x, max error {error:.2e}")
+                  "step_speedup": intervals.ratio_of_rounds(times["dense"], times["step"]),
+                  **{f"{name}_s": intervals.median_of(ts) for name, ts in times.items()}, "max_error": error}
+        progress(f"  ssa decode at {n:,} tokens: dense {out[n]['dense_s'].value * 1e6:.1f} us, sparse kernel "
+                 f"{out[n]['sparse_s'].value * 1e6:.1f} us ({out[n]['speedup'].text()}x), selection + kernel "
+                 f"{out[n]['step_s'].value * 1e6:.1f} us ({out[n]['step_speedup'].text()}x), max error {error:.2e}")
     return out
 
 
@@ -402,25 +419,22 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
     ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
+    decode_rows = {"speedup_vs_dense": ("speedup", "x"), "step_speedup_vs_dense": ("step_speedup", "x"),
+                   "dense_seconds": ("dense_s", "seconds"), "sparse_seconds": ("sparse_s", "seconds"),
+                   "step_seconds": ("step_s", "seconds")}
     for n in contexts:
-        params = {"context": n}
-        if ok[n]:
-            evidence.record(f"{bench}.track_speedup_vs_dense", params, decode[n]["speedup"], evidence_path)
-        evidence.record(f"{bench}.track_dense_seconds", params, decode[n]["dense_s"], evidence_path)
-        evidence.record(f"{bench}.track_sparse_seconds", params, decode[n]["sparse_s"], evidence_path)
+        for row, (field, _) in decode_rows.items():
+            if ok[n] or "speedup" not in row:
+                evidence.record(f"{bench}.track_{row}", {"context": n}, decode[n][field], evidence_path)
     columns = {**(_matmul_columns("gpu.Sparse24Matmul", matmuls, SPARSE24_KERNELS, evidence_path, progress)
                   if matmuls else {}),
                **(_matmul_columns("gpu.E8Matmul", e8, E8_KERNELS, evidence_path, progress) if e8 else {})}
+    for row, (field, unit) in decode_rows.items() if contexts else ():
+        columns[f"{bench}.track_{row}"] = (["context"], [contexts], [
+            decode[n][field].value if ok[n] or "speedup" not in row else None for n in contexts], unit)
     if contexts:
-        columns.update({
-            f"{bench}.track_speedup_vs_dense": (["context"], [contexts],
-                                                [decode[n]["speedup"].value if ok[n] else None for n in contexts], "x"),
-            f"{bench}.track_max_error_vs_reference": (["context"], [contexts],
-                                                      [decode[n]["max_error"] for n in contexts], "relative error"),
-            f"{bench}.track_dense_seconds": (["context"], [contexts], [decode[n]["dense_s"].value for n in contexts],
-                                             "seconds"),
-            f"{bench}.track_sparse_seconds": (["context"], [contexts],
-                                              [decode[n]["sparse_s"].value for n in contexts], "seconds")})
+        columns[f"{bench}.track_max_error_vs_reference"] = (["context"], [contexts],
+                                                            [decode[n]["max_error"] for n in contexts], "relative error")
     path = asvfiles.write_run(out, name, commit, int(started * 1000), columns,
                               env_name=f"device-py{sys.version_info[0]}.{sys.version_info[1]}",
                               machine_info=_machine_info(name), python=platform.python_version())

@@ -14,6 +14,7 @@ query group shares one selection, its probabilities averaged over the group.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -52,6 +53,37 @@ def ssa_select(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]
     q = (q / q.sum()).float()
     drawn, log_w = draw_with_replacement(q[None], m - t, gen)
     return torch.cat([kept, rest[drawn[0]]]), torch.cat([torch.zeros(len(kept)), log_w[0]])
+
+
+def ssa_select_batched(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """ssa_select for every row of p (R, n; rows sum to 1) at once, on p's device and without a host
+    sync, as a GPU decode step runs it: the top m + 1 probabilities give each row's water-filling t
+    (water_fill's equation); m draws per row of which the first m - t count; duplicates, unused draws
+    and the kept tokens' unused slots are padding (log w = -inf); each row compacted to width m."""
+    rows, n = p.shape
+    assert 0 < m < n, (m, n)
+    top, order = p.topk(m + 1, dim=-1)  # descending
+    top = top.double()
+    before = torch.cat([torch.zeros_like(top[:, :1]), top.cumsum(-1)[:, :-1]], -1)
+    suffix = p.double().sum(-1, keepdim=True) - before  # suffix[:, t] = sum of p below the t largest
+    c = (m - torch.arange(m + 1, device=p.device, dtype=torch.double)) / suffix.clamp(min=1e-300)
+    above = torch.cat([torch.ones_like(top[:, :1], dtype=torch.bool), c[:, 1:] * top[:, :-1] >= 1], -1)
+    solved = above & (c * top < 1)
+    t = torch.where(solved.any(-1), solved.int().argmax(-1), m)  # first solution; none: keep the top m
+    slots = torch.arange(m, device=p.device)
+    kept = slots[None] < t[:, None]
+    rest = p.scatter(-1, order[:, :m], top[:, :m].to(p.dtype) * ~kept)  # the kept tokens' p set to 0
+    rest_share = rest / rest.sum(-1, keepdim=True)
+    draws = torch.multinomial(rest_share, m, replacement=True, generator=gen)
+    draws = torch.where(slots[None] < (m - t)[:, None], draws, n).sort(-1).values  # n: an unused draw
+    first = torch.cat([torch.ones_like(draws[:, :1], dtype=torch.bool), draws[:, 1:] != draws[:, :-1]], -1)
+    drawn = draws.clamp(max=n - 1)
+    inclusion = 1 - (1 - rest_share.gather(-1, drawn).double()) ** (m - t)[:, None]
+    log_w_drawn = torch.where(first & (draws < n), -inclusion.log(), -math.inf).float()
+    index = torch.cat([order[:, :m], drawn], -1)
+    log_w = torch.cat([torch.where(kept, 0.0, -math.inf), log_w_drawn], -1)
+    compact = (log_w == -math.inf).to(torch.int8).argsort(dim=-1, stable=True)[:, :m]
+    return index.gather(-1, compact), log_w.gather(-1, compact)
 
 
 @dataclass

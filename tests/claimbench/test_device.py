@@ -26,7 +26,7 @@ def test_dry_run_writes_results_ingest_takes_with_gpu_fields(tmp_path):
     assert report.ok and report.added == 1, report.summary()
     with store.connect(db) as con:
         rows = con.execute("""SELECT x.benchmark, x.value, x.low, x.high, r.mode FROM results x JOIN runs r
-                              USING (run_id) WHERE x.benchmark LIKE '%speedup_vs_dense'""").fetchall()
+                              USING (run_id) WHERE x.benchmark = 'gpu.SsaDecode.track_step_speedup_vs_dense'""").fetchall()
         gpu, count = con.execute("SELECT gpu, gpu_count FROM machines WHERE machine = 'dry-box'").fetchone()
         latest = [v for v in verdicts.compute(con, registry.load()) if v.claim.key == "ssa/decode-speedup-1m"]
         e8 = con.execute("""SELECT x.params, x.value FROM results x WHERE x.benchmark = 'gpu.E8Matmul.track_relative_error'

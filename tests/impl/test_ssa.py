@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
-from claimbench.impl.ssa import SSA, ssa_select, water_fill
+from claimbench.impl.ssa import SSA, ssa_select, ssa_select_batched, water_fill
 from claimbench.llm.model import Llama, LlamaConfig, dense_attention
-from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy, draw_with_replacement
+from claimbench.llm.sparse import (ExactProxy, LowRankProxy, PQProxy, draw_with_replacement, head_probs,
+                                   pq_head_probs)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -39,6 +40,50 @@ def test_unbiased_numerator_and_denominator():
     se_den = dens.std() / math.sqrt(len(dens))
     assert ((nums.mean(0) - dense_num).abs() <= 4 * se_num + 1e-12).all()
     assert (dens.mean() - dense_den).abs() <= 4 * se_den + 1e-12
+
+
+@pytest.mark.parametrize("m", [1, 10, 61])
+def test_the_batched_selection_keeps_what_water_filling_keeps_and_weighs_its_draws_as_horvitz_thompson(m):
+    gen = torch.Generator().manual_seed(m)
+    p = torch.softmax(torch.randn(4, 300, generator=gen) * torch.tensor([[0.5], [2], [4], [8]]), -1)
+    idx, log_w = ssa_select_batched(p, m, torch.Generator().manual_seed(1))
+    assert idx.shape == log_w.shape == (4, m)
+    for row in range(4):
+        order = p[row].double().argsort(descending=True)
+        t, _ = water_fill(p[row].double()[order], m)
+        kept = set(idx[row][log_w[row] == 0].tolist())
+        assert kept == set(order[:t].tolist())
+        drawn = idx[row][(log_w[row] != 0) & log_w[row].isfinite()]
+        assert len(set(drawn.tolist())) == len(drawn) and not kept & set(drawn.tolist())
+        rest = p[row].double().clone()
+        rest[order[:t]] = 0
+        inclusion = 1 - (1 - rest[drawn] / rest.sum()) ** (m - t)
+        assert torch.allclose(log_w[row][(log_w[row] != 0) & log_w[row].isfinite()].double(), -inclusion.log(),
+                              atol=1e-5)
+
+
+def test_the_batched_selection_is_unbiased_too():
+    """As test_unbiased_numerator_and_denominator, each of 3000 rows one draw of the same p."""
+    gen = torch.Generator().manual_seed(0)
+    n, m, d = 300, 30, 4
+    s = torch.randn(n, generator=gen, dtype=torch.double) * 2
+    v = torch.randn(n, d, generator=gen, dtype=torch.double)
+    idx, log_w = ssa_select_batched(s.softmax(0).float().expand(3000, n), m, torch.Generator().manual_seed(1))
+    w = log_w.double().exp()
+    nums = (w[..., None] * s[idx].exp()[..., None] * v[idx]).sum(1)
+    dens = (w * s[idx].exp()).sum(1)
+    dense_num, dense_den = (s.exp()[:, None] * v).sum(0), s.exp().sum()
+    assert ((nums.mean(0) - dense_num).abs() <= 4 * nums.std(0) / math.sqrt(3000) + 1e-9).all()
+    assert (dens.mean() - dense_den).abs() <= 4 * dens.std() / math.sqrt(3000) + 1e-9
+
+
+def test_pq_lookup_table_scores_equal_scores_against_the_reconstructed_keys():
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 6, 1, 16, generator=gen), torch.randn(1, 2, 200, 16, generator=gen)
+    proxy = PQProxy(subvectors=4, bits=3)
+    reconstructed = proxy.keys(0, k)
+    books, codes = proxy._books[0]
+    assert torch.allclose(pq_head_probs(q, books, codes), head_probs(q, reconstructed), atol=1e-6)
 
 
 def test_draws_with_replacement_count_duplicates_once():
