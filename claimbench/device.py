@@ -11,7 +11,8 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   the selection of n / 50 tokens (50x sparsity: PQ lookup-table proxy scores over all n keys,
   water-filling, draws; impl.ssa.ssa_select_batched) and the Triton sparse decode kernel over them,
   vs torch SDPA dense decode over all n; the kernel alone on a fixed selection beside it.
-  Interleaved rounds timed with CUDA events (`_timer`: ten calls a round, each after an L2 flush);
+  Interleaved rounds timed with CUDA events (`_timer`: ten calls a round, each after an L2 flush, each
+  a CUDA graph replay where capture works: `_graphed`);
   gated on the kernel matching the torch reference (fp32) on both selections. Measured instead of
   the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
   their values), the new token's encoding is not in the step, and the baseline is torch's SDPA, not
@@ -104,8 +105,8 @@ L2_FLUSH_BYTES = 256 * 2 ** 20  # several times an H100's or H200's L2 (50-60 MB
 def _timer(device: str, calls: int = CALLS_PER_ROUND):
     """timed(fn) -> seconds per call, the mean of `calls` calls. On CUDA each call is timed by its own
     pair of events after a write of L2_FLUSH_BYTES (untimed), as triton.testing.do_bench does: every
-    call starts with a cold L2, and the flush gives the host time to queue the call, so launch latency
-    is not counted as kernel time; one synchronize per round."""
+    call starts with a cold L2; one synchronize per round. Callers pass CUDA graph replays (`_graphed`),
+    so the host's launch cost is not in the time."""
     import torch
     if device == "cuda":
         flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
@@ -127,6 +128,32 @@ def _timer(device: str, calls: int = CALLS_PER_ROUND):
                 fn()
             return (time.perf_counter() - begin) / calls
     return timed
+
+
+def _graphed(fn, device: str):
+    """(replay, how): fn captured once in a CUDA graph, so that a timed call is the GPU's work alone, as
+    a server replaying its decode step's graph sees it (the host's launch cost varies between lent
+    machines: 2x within one session on this repository's first H200 runs); fn itself where capture
+    fails (an op that allocates or syncs while capturing), with the reason."""
+    import torch
+    if device != "cuda":
+        return fn, "eager"
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capturing stream, as torch's graph docs ask
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        return graph.replay, "CUDA graph replay"
+    except Exception as e:  # recorded in the row's method, timed as it is
+        torch.cuda.synchronize()
+        return fn, f"eager ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
 
 
 def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGET_S) -> dict[int, dict]:
@@ -161,8 +188,8 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
                             device=device)
         codes = torch.randint(0, 2 ** proxy.bits, (hkv * proxy.subvectors, n), generator=gen, device=device)
 
-        def select():
-            return ssa_select_batched(pq_head_probs(q, books, codes), m, gen)
+        def select():  # torch's default generator: graph-safe on CUDA
+            return ssa_select_batched(pq_head_probs(q, books, codes), m)
         error = 0.0
         for chosen in ((index, log_w), select()):
             reference = weighted_attention(q.float(), k.float(), v.float(), *chosen)
@@ -170,16 +197,17 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
         sparse = lambda: sparse_decode_attention(q, k, v, index, log_w)  # noqa: E731
         step = lambda: sparse_decode_attention(q, k, v, *select())  # noqa: E731
         dense = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
-        for fn in (sparse, step, dense):  # warm up: compile, caches
-            fn()
-        times = {"dense": [], "sparse": [], "step": []}
+        calls = {name: _graphed(fn, device) for name, fn in (("dense", dense), ("sparse", sparse), ("step", step))}
+        times = {name: [] for name in calls}
         for _ in range(sizes["rounds"]):
-            times["dense"].append(timed(dense))
-            times["sparse"].append(timed(sparse))
-            times["step"].append(timed(step))
+            for name, (call, _) in calls.items():
+                times[name].append(timed(call))
         out[n] = {"speedup": intervals.ratio_of_rounds(times["dense"], times["sparse"]),
                   "step_speedup": intervals.ratio_of_rounds(times["dense"], times["step"]),
-                  **{f"{name}_s": intervals.median_of(ts) for name, ts in times.items()}, "max_error": error}
+                  **{f"{name}_s": intervals.median_of(ts, f"order statistics of rounds, {calls[name][1]}")
+                     for name, ts in times.items()}, "max_error": error}
+        if any(how != "CUDA graph replay" for _, how in calls.values()) and device == "cuda":
+            progress(f"  ssa decode at {n:,} tokens: " + ", ".join(f"{name} {how}" for name, (_, how) in calls.items()))
         progress(f"  ssa decode at {n:,} tokens: dense {out[n]['dense_s'].value * 1e6:.1f} us, sparse kernel "
                  f"{out[n]['sparse_s'].value * 1e6:.1f} us ({out[n]['speedup'].text()}x), selection + kernel "
                  f"{out[n]['step_s'].value * 1e6:.1f} us ({out[n]['step_speedup'].text()}x), max error {error:.2e}")
@@ -302,13 +330,15 @@ def matmul_rows(device: str, sizes: dict, build, label: str, progress=print) -> 
                     continue
                 rows_out[name] = {"error": error}
                 if error <= MATMUL_MAX_ERROR:
-                    calls[name] = call
+                    calls[name] = _graphed(lambda call=call: call(x), device)
             times = {name: [] for name in calls}
             for _ in range(sizes["rounds"]):
-                for name, call in calls.items():
-                    times[name].append(timed(lambda: call(x)))
+                for name, (call, _) in calls.items():
+                    times[name].append(timed(call))
             for name, ts in times.items():
-                rows_out[name]["seconds"] = intervals.median_of(ts)
+                rows_out[name]["seconds"] = intervals.median_of(ts, f"order statistics of rounds, {calls[name][1]}")
+                if device == "cuda" and calls[name][1] != "CUDA graph replay":
+                    progress(f"  {label} {shape_name} x {tokens} tokens, {name}: {calls[name][1]}")
                 if "fp16" in times:
                     rows_out[name]["speedup"] = intervals.ratio_of_rounds(times["fp16"], ts)
             out[shape_name, tokens] = rows_out

@@ -55,11 +55,12 @@ def ssa_select(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]
     return torch.cat([kept, rest[drawn[0]]]), torch.cat([torch.zeros(len(kept)), log_w[0]])
 
 
-def ssa_select_batched(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+def ssa_select_batched(p: Tensor, m: int, gen: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """ssa_select for every row of p (R, n; rows sum to 1) at once, on p's device and without a host
     sync, as a GPU decode step runs it: the top m + 1 probabilities give each row's water-filling t
     (water_fill's equation); m draws per row of which the first m - t count; duplicates, unused draws
-    and the kept tokens' unused slots are padding (log w = -inf); each row compacted to width m."""
+    and the kept tokens' unused slots are padding (log w = -inf); each row compacted to width m. gen
+    None: torch's default generator (the one a CUDA graph can capture)."""
     rows, n = p.shape
     assert 0 < m < n, (m, n)
     top, order = p.topk(m + 1, dim=-1)  # descending
