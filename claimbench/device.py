@@ -8,22 +8,23 @@ The benchmarks are those of `suites/gpu.py` (asv runs that suite where asv and a
 paper with a GPU part adds its measurement here and its rows there), under the same names:
 - `gpu.SsaDecode` (PAPERS.md A2, claim decode-speedup-1m): one SSA decode step of one layer at
   32K-1M context with Llama-3-8B's attention shape (32 query heads, 8 KV heads, head dim 128, bf16):
-  the selection of n / 50 tokens (50x sparsity: PQ lookup-table proxy scores over all n keys,
-  water-filling, draws; impl.ssa.ssa_select_batched) and the Triton sparse decode kernel over them,
-  vs torch SDPA dense decode over all n; the kernel alone on a fixed selection beside it.
-  Interleaved rounds timed with CUDA events (`_timer`: ten calls a round, each after an L2 flush, each
-  a CUDA graph replay where capture works: `_graphed`);
-  gated on the kernel matching the torch reference (fp32) on both selections. Measured instead of
+  the selection of n / 50 tokens (50x sparsity: the PQ proxy's probability per code, the tokens
+  bucketed by code at prefill, water-filling and draws over the codes; impl.ssa.ssa_select_pq) and
+  the Triton sparse decode kernel over them, vs torch SDPA dense decode over all n; the kernel alone
+  on a fixed selection beside it. Interleaved rounds timed with CUDA events (`_timer`: ten calls a
+  round, each after an L2 flush, each a CUDA graph replay where capture works: `_graphed`); gated on
+  the kernel matching the torch reference (fp32) on both selections. Measured instead of
   the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
-  their values), the new token's encoding is not in the step, and the baseline is torch's SDPA, not
-  FlashInfer.
+  their values), the new token's encoding and bucketing are not in the step, and the baseline is
+  torch's SDPA, not FlashInfer.
 - `gpu.Sparse24Matmul` (PAPERS.md C5, context for the claim speed-at-equal-bits): one linear layer's
   matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each storage format
   through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`, and
   its cuSPARSELt op called directly), dense int8 x int8 (`torch._int_mm`), 2:4 int8 (cuSPARSELt's op
   with int32 out: the tensor subclass's int8 product saturates), weight-only int4
-  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed as above, the ratio to dense fp16 per round, each kernel's relative error against the fp32 product
-  of the weight it stores (a kernel erring by more than 5% gets no speed row). No kernel for INT5
+  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed as above, the
+  ratio to dense fp16 per round, each kernel's relative error against the fp32 product of the weight
+  it stores (a kernel erring by more than 5% gets no speed row). No kernel for INT5
   weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
   these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
   refuses on this device (shape, dtype or build) is recorded as skipped with torch's reason.
@@ -166,8 +167,8 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     import torch.nn.functional as F
 
     from claimbench.impl.sparse_decode_triton import sparse_decode_attention
-    from claimbench.impl.ssa import ssa_select_batched
-    from claimbench.llm.sparse import PQProxy, pq_head_probs, weighted_attention
+    from claimbench.impl.ssa import PQBuckets, ssa_select_pq
+    from claimbench.llm.sparse import PQProxy, weighted_attention
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
@@ -187,9 +188,10 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
         books = torch.randn(hkv * proxy.subvectors, 2 ** proxy.bits, d // proxy.subvectors, generator=gen,
                             device=device)
         codes = torch.randint(0, 2 ** proxy.bits, (hkv * proxy.subvectors, n), generator=gen, device=device)
+        buckets = PQBuckets.build(books, codes, proxy.subvectors)  # at prefill: not in the step
 
         def select():  # torch's default generator: graph-safe on CUDA
-            return ssa_select_batched(pq_head_probs(q, books, codes), m)
+            return ssa_select_pq(buckets, q, m)
         error = 0.0
         for chosen in ((index, log_w), select()):
             reference = weighted_attention(q.float(), k.float(), v.float(), *chosen)
@@ -301,7 +303,8 @@ def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple
     weight = kernel.dequantize(packed, scales, table, E8_GROUP)
     return {"fp16": ((lambda x: F.linear(x.to(dtype), weight)), weight.float()),
             "e8-triton": ((lambda x: kernel.e8_matmul(x.to(dtype), packed, scales, table, E8_GROUP)), weight.float()),
-            "e8-decode-then-fp16": ((lambda x: F.linear(x.to(dtype), kernel.dequantize(packed, scales, table, E8_GROUP))),
+            "e8-decode-then-fp16": ((lambda x: F.linear(x.to(dtype),
+                                                        kernel.dequantize(packed, scales, table, E8_GROUP))),
                                     weight.float())}
 
 
@@ -463,8 +466,8 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
         columns[f"{bench}.track_{row}"] = (["context"], [contexts], [
             decode[n][field].value if ok[n] or "speedup" not in row else None for n in contexts], unit)
     if contexts:
-        columns[f"{bench}.track_max_error_vs_reference"] = (["context"], [contexts],
-                                                            [decode[n]["max_error"] for n in contexts], "relative error")
+        columns[f"{bench}.track_max_error_vs_reference"] = (
+            ["context"], [contexts], [decode[n]["max_error"] for n in contexts], "relative error")
     path = asvfiles.write_run(out, name, commit, int(started * 1000), columns,
                               env_name=f"device-py{sys.version_info[0]}.{sys.version_info[1]}",
                               machine_info=_machine_info(name), python=platform.python_version())

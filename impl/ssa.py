@@ -55,34 +55,95 @@ def ssa_select(p: Tensor, m: int, gen: torch.Generator) -> tuple[Tensor, Tensor]
     return torch.cat([kept, rest[drawn[0]]]), torch.cat([torch.zeros(len(kept)), log_w[0]])
 
 
-def ssa_select_batched(p: Tensor, m: int, gen: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """ssa_select for every row of p (R, n; rows sum to 1) at once, on p's device and without a host
-    sync, as a GPU decode step runs it: the top m + 1 probabilities give each row's water-filling t
-    (water_fill's equation); m draws per row of which the first m - t count; duplicates, unused draws
-    and the kept tokens' unused slots are padding (log w = -inf); each row compacted to width m. gen
-    None: torch's default generator (the one a CUDA graph can capture)."""
-    rows, n = p.shape
+@dataclass
+class PQBuckets:
+    """Every KV head's tokens bucketed by their PQ code (all S sub-vectors' codes as one number),
+    built once at prefill: a token's proxy probability depends on its code alone, so SSA's selection
+    can work over the K^S codes instead of the n tokens (`ssa_select_pq`). Reconstructed (not in the
+    paper's digest): the buckets, and keeping them as new tokens arrive, which a step's time leaves out.
+    books (Hkv * S, K, d / S) and codes (Hkv * S, n) as PQProxy keeps them."""
+    books: Tensor
+    order: Tensor  # (Hkv, n) token ids sorted by code
+    starts: Tensor  # (Hkv, K^S + 1): code c's tokens are order[:, starts[c]:starts[c + 1]]
+
+    @classmethod
+    def build(cls, books: Tensor, codes: Tensor, subvectors: int) -> "PQBuckets":
+        per_book = books.shape[1]
+        assert per_book ** subvectors <= 2 ** 16, f"{per_book}^{subvectors} codes: too many to bucket"
+        hkv = codes.shape[0] // subvectors
+        code = torch.zeros_like(codes[:hkv])
+        for sub in range(subvectors):
+            code = code * per_book + codes.view(hkv, subvectors, -1)[:, sub]
+        counts = torch.stack([row.bincount(minlength=per_book ** subvectors) for row in code])
+        starts = torch.cat([torch.zeros_like(counts[:, :1]), counts.cumsum(-1)], -1)
+        return cls(books, code.argsort(dim=-1, stable=True), starts)
+
+    def code_probs(self, q: Tensor) -> Tensor:
+        """(Hkv, K^S): head_probs(q, the reconstructed keys) of a token with each code; the softmax's
+        sum over the tokens is one over the codes, each counted as often as tokens carry it."""
+        H, d = q.shape[1], q.shape[-1]
+        hkv, per_book, sub_dim = self.order.shape[0], self.books.shape[1], self.books.shape[-1]
+        subvectors = d // sub_dim
+        qs = q[0, :, 0].float().view(hkv, H // hkv, subvectors, sub_dim)
+        books = self.books.float().view(hkv, subvectors, per_book, sub_dim)
+        table = torch.einsum("hgsc,hskc->hgsk", qs, books) / math.sqrt(d)  # (Hkv, group, S, K)
+        scores = table[:, :, 0]
+        for sub in range(1, subvectors):  # every combination of the sub-vectors' codewords
+            scores = (scores[..., :, None] + table[:, :, sub, None, :]).flatten(-2)
+        counts = self.starts.diff(dim=-1)[:, None]
+        weights = (scores - scores.max(-1, keepdim=True).values).exp()
+        return (weights / (weights * counts).sum(-1, keepdim=True)).mean(1)
+
+
+def ssa_select_pq(buckets: PQBuckets, q: Tensor, m: int, gen: torch.Generator | None = None
+                  ) -> tuple[Tensor, Tensor]:
+    """ssa_select for every KV head at once from the PQ proxy, without a host sync (a GPU decode step):
+    water_fill's equation solved over the codes sorted by probability (tokens sharing a code share a
+    probability, so the certainty stratum is whole codes), m draws per head of which the first m - t
+    count (a code by its probability mass, then a token of it uniformly); duplicates, unused draws and
+    the certainty stratum's unused slots are padding (log w = -inf); each row compacted to width m.
+    gen None: torch's default generator (the one a CUDA graph can capture)."""
+    probs = buckets.code_probs(q)
+    counts = buckets.starts.diff(dim=-1)
+    n = buckets.order.shape[1]
     assert 0 < m < n, (m, n)
-    top, order = p.topk(m + 1, dim=-1)  # descending
-    top = top.double()
-    before = torch.cat([torch.zeros_like(top[:, :1]), top.cumsum(-1)[:, :-1]], -1)
-    suffix = p.double().sum(-1, keepdim=True) - before  # suffix[:, t] = sum of p below the t largest
-    c = (m - torch.arange(m + 1, device=p.device, dtype=torch.double)) / suffix.clamp(min=1e-300)
-    above = torch.cat([torch.ones_like(top[:, :1], dtype=torch.bool), c[:, 1:] * top[:, :-1] >= 1], -1)
-    solved = above & (c * top < 1)
-    t = torch.where(solved.any(-1), solved.int().argmax(-1), m)  # first solution; none: keep the top m
-    slots = torch.arange(m, device=p.device)
-    kept = slots[None] < t[:, None]
-    rest = p.scatter(-1, order[:, :m], top[:, :m].to(p.dtype) * ~kept)  # the kept tokens' p set to 0
-    rest_share = rest / rest.sum(-1, keepdim=True)
-    draws = torch.multinomial(rest_share, m, replacement=True, generator=gen)
-    draws = torch.where(slots[None] < (m - t)[:, None], draws, n).sort(-1).values  # n: an unused draw
-    first = torch.cat([torch.ones_like(draws[:, :1], dtype=torch.bool), draws[:, 1:] != draws[:, :-1]], -1)
-    drawn = draws.clamp(max=n - 1)
-    inclusion = 1 - (1 - rest_share.gather(-1, drawn).double()) ** (m - t)[:, None]
-    log_w_drawn = torch.where(first & (draws < n), -inclusion.log(), -math.inf).float()
-    index = torch.cat([order[:, :m], drawn], -1)
-    log_w = torch.cat([torch.where(kept, 0.0, -math.inf), log_w_drawn], -1)
+    probs = torch.where(counts > 0, probs, 0.0)  # codes no token carries sort last
+    sorted_probs, rank = probs.double().sort(-1, descending=True)
+    sorted_counts = counts.gather(-1, rank)
+    mass = sorted_probs * sorted_counts
+    zero = torch.zeros_like(mass[:, :1])
+    tokens_before = torch.cat([zero, sorted_counts.cumsum(-1).double()], -1)  # t at each code boundary
+    suffix = mass.sum(-1, keepdim=True) - torch.cat([zero, mass.cumsum(-1)], -1)
+    c = (m - tokens_before) / suffix.clamp(min=1e-300)
+    after = torch.cat([sorted_probs, zero], -1)
+    above = torch.cat([torch.ones_like(zero, dtype=torch.bool), c[:, 1:] * sorted_probs >= 1], -1)
+    solved = above & (c * after < 1) & (tokens_before <= m)
+    boundary = solved.int().argmax(-1)
+    t = torch.where(solved.any(-1), tokens_before.gather(-1, boundary[:, None])[:, 0].long(), m)
+    slots = torch.arange(m, device=probs.device)
+
+    def token(code_rank, within):  # the `within`-th token of the code at `code_rank` in sorted order
+        code = rank.gather(-1, code_rank)
+        return buckets.order.gather(-1, buckets.starts.gather(-1, code) + within)
+    kept_rank = torch.searchsorted(tokens_before[:, 1:].contiguous(), slots.double().expand(len(t), m).contiguous(),
+                                   right=True).clamp(max=rank.shape[1] - 1)
+    kept = token(kept_rank, slots - tokens_before.gather(-1, kept_rank).long())
+    rest_mass = torch.where(torch.arange(mass.shape[1], device=mass.device)[None] >= boundary[:, None], mass, 0.0)
+    cdf = rest_mass.cumsum(-1)
+    draw_rank = torch.searchsorted(cdf, torch.rand(len(t), m, generator=gen, device=probs.device, dtype=torch.double)
+                                   * cdf[:, -1:], right=True).clamp(max=rank.shape[1] - 1)
+    draw_counts = sorted_counts.gather(-1, draw_rank)
+    within = (torch.rand(len(t), m, generator=gen, device=probs.device) * draw_counts).long()
+    drawn = token(draw_rank, torch.minimum(within, draw_counts - 1))
+    share = sorted_probs.gather(-1, draw_rank) / cdf[:, -1:]  # p_i / P_rest
+    drawn = torch.where(slots[None] < (m - t)[:, None], drawn, n)  # n: an unused draw
+    drawn, by_token = drawn.sort(-1)
+    share = share.gather(-1, by_token)
+    first = torch.cat([torch.ones_like(drawn[:, :1], dtype=torch.bool), drawn[:, 1:] != drawn[:, :-1]], -1)
+    inclusion = 1 - (1 - share) ** (m - t)[:, None]
+    log_w_drawn = torch.where(first & (drawn < n), -inclusion.log(), -math.inf).float()
+    index = torch.cat([kept, drawn.clamp(max=n - 1)], -1)
+    log_w = torch.cat([torch.where(slots[None] < t[:, None], 0.0, -math.inf), log_w_drawn], -1)
     compact = (log_w == -math.inf).to(torch.int8).argsort(dim=-1, stable=True)[:, :m]
     return index.gather(-1, compact), log_w.gather(-1, compact)
 

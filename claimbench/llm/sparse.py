@@ -41,21 +41,6 @@ def head_probs(q: Tensor, keys: Tensor) -> Tensor:
     return s.softmax(-1).mean(1)
 
 
-def pq_head_probs(q: Tensor, books: Tensor, codes: Tensor) -> Tensor:
-    """head_probs(q, PQ-reconstructed keys) without reconstructing them (PQCache's lookup table): each
-    query's dot product with every codeword, summed over the sub-vectors at each token's codes.
-    q (1, H, 1, d); books (Hkv * S, K, d / S) and codes (Hkv * S, n) as PQProxy keeps them -> (Hkv, n)."""
-    H, d = q.shape[1], q.shape[-1]
-    subvectors = d // books.shape[-1]
-    hkv, n = codes.shape[0] // subvectors, codes.shape[1]
-    group = H // hkv
-    qs = q[0, :, 0].float().view(hkv, group, subvectors, -1)
-    table = torch.einsum("hgsc,hskc->hgsk", qs, books.float().view(hkv, subvectors, *books.shape[1:]))
-    by_sub = codes.view(hkv, subvectors, n)
-    scores = sum(table[:, :, sub].gather(-1, by_sub[:, None, sub].expand(-1, group, -1)) for sub in range(subvectors))
-    return (scores / math.sqrt(d)).softmax(-1).mean(1)
-
-
 @dataclass
 class SparseAttention(DecodeAttention):
     """Base: the budget split and the attention over [sink, chosen middle, local]."""
