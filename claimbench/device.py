@@ -89,8 +89,9 @@ def plan(device: str) -> list[Planned]:
         gpu_faiss = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
     except ImportError:
         gpu_faiss = False
-    return [Planned("gpu.SsaDecode", "Triton sparse decode (n/50 tokens) vs torch SDPA dense decode, "
-                    "32K-1M context" if device == "cuda" else "the same at toy sizes on the CPU (interpreter)", True),
+    return [Planned("gpu.SsaDecode", "SSA decode step (selection, then the Triton sparse kernel over n/50 tokens) "
+                    "vs torch SDPA dense decode, 32K-1M context" if device == "cuda"
+                    else "the same at toy sizes on the CPU (interpreter)", True),
             Planned("gpu.Sparse24Matmul", "2:4 vs dense matmuls at fp16, int8 and weight-only int4" if device == "cuda"
                     else "dense matmul at a toy size on the CPU (the 2:4 and integer kernels need CUDA)", True),
             Planned("gpu.E8Matmul", "E8 codes decoded inside a Triton matmul vs fp16 cuBLAS, batch 1-256"
