@@ -24,7 +24,8 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   with int32 out: the tensor subclass's int8 product saturates), weight-only int4
   (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed as above, the
   ratio to dense fp16 per round, each kernel's relative error against the fp32 product of the weight
-  it stores (a kernel erring by more than 5% gets no speed row). No kernel for INT5
+  it stores (a kernel erring by more than 5% gets no speed row). The int8 rows' activation quantization
+  and int32 -> float rescale are separate torch ops, in the time (no fused epilogue). No kernel for INT5
   weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
   these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
   refuses on this device (shape, dtype or build) is recorded as skipped with torch's reason.
@@ -134,9 +135,9 @@ def _timer(device: str, calls: int = CALLS_PER_ROUND):
 
 def _graphed(fn, device: str):
     """(replay, how): fn captured once in a CUDA graph, so that a timed call is the GPU's work alone, as
-    a server replaying its decode step's graph sees it (the host's launch cost varies between lent
-    machines: 2x within one session on this repository's first H200 runs); fn itself where capture
-    fails (an op that allocates or syncs while capturing), with the reason."""
+    a server replaying its decode step's graph sees it (the host's launch cost differed 2x between two
+    lent H200 machines); fn itself where capture fails (an op that allocates or syncs while capturing),
+    with the reason."""
     import torch
     if device != "cuda":
         return fn, "eager"

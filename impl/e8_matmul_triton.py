@@ -3,10 +3,10 @@ y = x W^T with W stored as E8 codes, one 16-bit code per 8 weights (2.0 bits) an
 group of weights of a row, the codes decoded inside the matmul. Reconstructed (the paper's kernel
 is not in the digest): the decode is a lookup in the 2^16-point codebook table (every code's lattice
 point, `impl.e8qat.from_code`: 1 MiB in fp16, which stays in a GPU's L2), tile by tile, before each
-block's dot product, with the tile shape autotuned per (tokens, rows, cols); the codes travel as int16
-(read back as unsigned). The torch reference and the
-"decode, then cuBLAS" baseline is `dequantize`. On CPU the kernel runs only under TRITON_INTERPRET=1
-(tests, `claimbench device-run --dry-run`); GPU timing needs a lent device (claimbench/device.py).
+block's dot product, the tile shape autotuned per (tokens, rows, cols); the codes travel as int16
+(read back as unsigned). The torch reference and the "decode, then cuBLAS" baseline is `dequantize`.
+On CPU the kernel runs only under TRITON_INTERPRET=1 (tests, `claimbench device-run --dry-run`); GPU
+timing needs a lent device (claimbench/device.py).
 """
 from __future__ import annotations
 
