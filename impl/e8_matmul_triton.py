@@ -51,10 +51,10 @@ def _configs() -> list:
 
 def _fitting(configs, named_args, **kwargs):
     """Configs whose BLOCK_K divides the columns (the kernel does not mask K) and whose BLOCK_M suits
-    the token count (16 for at most 16 tokens, wider above)."""
+    the token count (16 for at most 16 tokens, wider above). Triton prunes only where it has several
+    configs to try; e8_matmul's 64-column check leaves each group at least one."""
     few_tokens, cols = named_args["M"] <= 16, named_args["K"]
-    kept = [c for c in configs if cols % c.kwargs["BLOCK_K"] == 0 and (c.kwargs["BLOCK_M"] == 16) == few_tokens]
-    return kept or [c for c in configs if cols % c.kwargs["BLOCK_K"] == 0][:1]
+    return [c for c in configs if cols % c.kwargs["BLOCK_K"] == 0 and (c.kwargs["BLOCK_M"] == 16) == few_tokens]
 
 
 if triton is not None:
