@@ -9,11 +9,13 @@ paper with a GPU part adds its measurement here and its rows there), under the s
 - `gpu.SsaDecode` (PAPERS.md A2, claim decode-speedup-1m): one SSA decode step of one layer at
   32K-1M context with Llama-3-8B's attention shape (32 query heads, 8 KV heads, head dim 128, bf16):
   the selection of n / 50 tokens (50x sparsity: the PQ proxy's probability per code, the tokens
-  bucketed by code at prefill, water-filling and draws over the codes; impl.ssa.ssa_select_pq) and
-  the Triton sparse decode kernel over them, vs torch SDPA dense decode over all n; the kernel alone
-  on a fixed selection beside it. Interleaved rounds timed with CUDA events (`_timer`: ten calls a
+  bucketed by code at prefill, water-filling and draws over the codes, in four Triton launches:
+  impl/ssa_select_triton.py) and the Triton sparse decode kernel over them, vs torch SDPA dense decode
+  over all n; beside it the kernel alone on a fixed selection, and the step with the selection as
+  torch ops (impl.ssa.ssa_select_pq). Interleaved rounds timed with CUDA events (`_timer`: ten calls a
   round, each after an L2 flush, each a CUDA graph replay where capture works: `_graphed`); gated on
-  the kernel matching the torch reference (fp32) on both selections. Measured instead of
+  the kernel matching the torch reference (fp32) on both selections and on the Triton selection's
+  certainty stratum equalling the torch selection's (`passes_gate`). Measured instead of
   the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
   their values), the new token's encoding and bucketing are not in the step, and the baseline is
   torch's SDPA, not FlashInfer.
@@ -58,8 +60,11 @@ from . import asvfiles, environment, evidence, intervals, registry
 from .registry import REPO_ROOT
 
 SPARSITY = 50
-FULL = {"contexts": [32_768, 131_072, 524_288, 1_048_576], "heads": 32, "kv_heads": 8, "head_dim": 128, "rounds": 15}
-DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6}
+# pq_bits: SSA's proxy (PQProxy's 2 sub-vectors x 6 bits: 4,096 codes); the dry run's 64 codes keep the
+# interpreter's sort of the codes under a second (4,096 take it 15 s a call)
+FULL = {"contexts": [32_768, 131_072, 524_288, 1_048_576], "heads": 32, "kv_heads": 8, "head_dim": 128, "rounds": 15,
+        "pq_bits": 6}
+DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6, "pq_bits": 3}
 # max |kernel - fp32 reference| on bf16 inputs (the dry run's fp32: far below), from the claim's gate
 GATE_TOLERANCE = registry.load().gate_of("gpu.SsaDecode.track_step_speedup_vs_dense").max
 BUDGET_S = 8 * 60  # every GPU benchmark together, within a lent machine's minutes
@@ -170,11 +175,12 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
 
     from claimbench.impl.sparse_decode_triton import sparse_decode_attention
     from claimbench.impl.ssa import PQBuckets, ssa_select_pq
+    from claimbench.impl.ssa_select_triton import ssa_select_pq_triton
     from claimbench.llm.sparse import PQProxy, weighted_attention
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
-    proxy = PQProxy()  # SSA's proxy settings: sub-vectors x bits per head
+    proxy = PQProxy(bits=sizes["pq_bits"])  # sub-vectors x bits per head
     timed = _timer(device)
     out = {}
     for n in sizes["contexts"]:
@@ -192,30 +198,55 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
         codes = torch.randint(0, 2 ** proxy.bits, (hkv * proxy.subvectors, n), generator=gen, device=device)
         buckets = PQBuckets.build(books, codes, proxy.subvectors)  # at prefill: not in the step
 
-        def select():  # torch's default generator: graph-safe on CUDA
+        def select_torch_ops():  # about a hundred small torch ops; torch's default generator: graph-safe on CUDA
             return ssa_select_pq(buckets, q, m)
+
+        def select():  # the same in four Triton launches
+            return ssa_select_pq_triton(buckets, q, m)
+        try:
+            select()
+            selection = "Triton selection"
+        except Exception as e:  # the step still lands, timed with the torch-ops selection, and says so
+            progress("  ssa decode: the Triton selection failed, the step uses the torch-ops one\n"
+                     + traceback.format_exc())
+            selection = f"torch-ops selection (Triton's failed: {type(e).__name__})"
+            select = select_torch_ops
         error = 0.0
         for chosen in ((index, log_w), select()):
             reference = weighted_attention(q.float(), k.float(), v.float(), *chosen)
             error = max(error, float((sparse_decode_attention(q, k, v, *chosen).float() - reference).abs().max()))
+        kept_differ = _kept_differ(select(), select_torch_ops())
         sparse = lambda: sparse_decode_attention(q, k, v, index, log_w)  # noqa: E731
         step = lambda: sparse_decode_attention(q, k, v, *select())  # noqa: E731
+        step_torch_ops = lambda: sparse_decode_attention(q, k, v, *select_torch_ops())  # noqa: E731
         dense = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
-        calls = {name: _graphed(fn, device) for name, fn in (("dense", dense), ("sparse", sparse), ("step", step))}
+        calls = {name: _graphed(fn, device) for name, fn in (("dense", dense), ("sparse", sparse), ("step", step),
+                                                              ("step_torch_ops", step_torch_ops))}
         times = {name: [] for name in calls}
         for _ in range(sizes["rounds"]):
             for name, (call, _) in calls.items():
                 times[name].append(timed(call))
         out[n] = {"speedup": intervals.ratio_of_rounds(times["dense"], times["sparse"]),
                   "step_speedup": intervals.ratio_of_rounds(times["dense"], times["step"]),
-                  **{f"{name}_s": intervals.median_of(ts, f"order statistics of rounds, {calls[name][1]}")
-                     for name, ts in times.items()}, "max_error": error}
+                  **{f"{name}_s": intervals.median_of(ts, f"order statistics of rounds, {calls[name][1]}"
+                                                      + (f", {selection}" if name == "step" else ""))
+                     for name, ts in times.items()}, "max_error": error, "kept_differ": kept_differ}
         if any(how != "CUDA graph replay" for _, how in calls.values()) and device == "cuda":
             progress(f"  ssa decode at {n:,} tokens: " + ", ".join(f"{name} {how}" for name, (_, how) in calls.items()))
         progress(f"  ssa decode at {n:,} tokens: dense {out[n]['dense_s'].value * 1e6:.1f} us, sparse kernel "
                  f"{out[n]['sparse_s'].value * 1e6:.1f} us ({out[n]['speedup'].text()}x), selection + kernel "
-                 f"{out[n]['step_s'].value * 1e6:.1f} us ({out[n]['step_speedup'].text()}x), max error {error:.2e}")
+                 f"{out[n]['step_s'].value * 1e6:.1f} us ({out[n]['step_speedup'].text()}x; with the selection as "
+                 f"torch ops {out[n]['step_torch_ops_s'].value * 1e6:.1f} us), max error {error:.2e}"
+                 + (f", the Triton selection's certainty stratum differs from torch's on {kept_differ} KV head(s)"
+                    if kept_differ else ""))
     return out
+
+
+def _kept_differ(selection, reference) -> int:
+    """KV heads whose certainty stratum (the tokens kept with weight 1) differs between two selections
+    (index, log w): the part of SSA's selection that is deterministic, so two implementations must agree."""
+    return sum(set(index[log_w == 0].tolist()) != set(ref_index[ref_log_w == 0].tolist())
+               for index, log_w, ref_index, ref_log_w in zip(*selection, *reference))
 
 
 def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple[object, object]]:
@@ -413,6 +444,12 @@ def _commit(root: Path) -> str:
         return "0" * 40  # a copy without git history (a device machine's working tree may have none)
 
 
+def passes_gate(point: dict) -> bool:
+    """An SSA decode point's gate: the kernel within GATE_TOLERANCE of the fp32 reference on both
+    selections, and the Triton selection's certainty stratum the torch selection's on every KV head."""
+    return point["max_error"] <= GATE_TOLERANCE and not point.get("kept_differ", 0)
+
+
 def _guarded(bench: str, measure, progress) -> dict:
     """measure(), or {} with its traceback in the log: a benchmark that breaks on this device is left
     out, and the others' minutes of device time still land in the results."""
@@ -453,10 +490,10 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
     e8 = _guarded("gpu.E8Matmul", lambda: e8_matmul(device, E8_DRY if dry_run else E8, progress), progress)
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
-    ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
+    ok = {n: passes_gate(decode[n]) for n in contexts}  # a failed gate: no ratio, recorded failed
     decode_rows = {"speedup_vs_dense": ("speedup", "x"), "step_speedup_vs_dense": ("step_speedup", "x"),
                    "dense_seconds": ("dense_s", "seconds"), "sparse_seconds": ("sparse_s", "seconds"),
-                   "step_seconds": ("step_s", "seconds")}
+                   "step_seconds": ("step_s", "seconds"), "step_torch_ops_seconds": ("step_torch_ops_s", "seconds")}
 
     def shown(row, n):  # a speedup counts only where the kernel passed its gate
         return ok[n] or decode_rows[row][1] != "x"

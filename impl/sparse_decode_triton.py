@@ -73,7 +73,7 @@ def sparse_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, i
     hkv = k.shape[1]
     assert q.shape[0] == k.shape[0] == 1 and d & (d - 1) == 0 and H % hkv == 0, (q.shape, k.shape)
     kk, vv = k[0].contiguous(), v[0].contiguous()
-    idx = index.to(torch.int32).contiguous()
+    idx = index.contiguous()  # int32 or int64: the kernel widens what it loads
     lw = log_w.to(torch.float32).contiguous()
     m = idx.shape[1]
     blocks = triton.cdiv(m, block)

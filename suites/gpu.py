@@ -40,6 +40,9 @@ class SsaDecode:
         point = self._point(r, context)
         common.check_gate("gpu.SsaDecode.track_step_speedup_vs_dense", point["max_error"],
                           f"the kernel differs from the reference by {point['max_error']:.3g}")
+        if point.get("kept_differ"):
+            raise common.GateFailed(f"the Triton selection's certainty stratum differs from the torch selection's "
+                                    f"on {point['kept_differ']} KV head(s)")
         return point[field]
 
     @evidence.estimate
@@ -72,6 +75,12 @@ class SsaDecode:
     def track_step_seconds(self, r, context):
         return self._point(r, context)["step_s"]
     track_step_seconds.unit = metrics.SECONDS.unit
+
+    @evidence.estimate
+    def track_step_torch_ops_seconds(self, r, context):
+        """The same step with the selection as torch ops (impl.ssa.ssa_select_pq) instead of Triton's."""
+        return self._point(r, context)["step_torch_ops_s"]
+    track_step_torch_ops_seconds.unit = metrics.SECONDS.unit
 
 
 class _MatmulRows:
