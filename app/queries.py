@@ -242,7 +242,7 @@ def alert_table(version) -> pd.DataFrame:
         latest, history = verdicts.compute_with_history(con, registry.load(), store_history=False)
         found = (alerts.regressions(con, alerts.Thresholds.from_pyproject())
                  + alerts.gate_and_flip_alerts(latest, history) + alerts.budget_alerts(con))
-        return alerts.acknowledge(found, alerts.acknowledgements())
+        return alerts.reviewed(found, alerts.acknowledgements(), alerts.rechecks())
     found = _read(query)
     df = pd.DataFrame([dict(kind=a.kind, status=a.status, benchmark=a.benchmark, params=a.params, machine=a.machine,
                             commit=(a.commit_hash or "")[:8], commit_date=a.commit_date, before=a.before,

@@ -43,7 +43,10 @@ A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
 its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to any
 file on its suite's code path (claimbench.codepath), or two runs of one commit, says so: the machine, its
-load or its libraries changed, not the code. It stays open: the change is real on that machine.
+load or its libraries changed, not the code. It stays open: the change is real on that machine. A step a
+maintainer re-measured and traced to the machine (the older commit's code timed beside the newer's today,
+or a baseline whose time moved while the method's held) is listed in [tool.claimbench.alerts.rechecked]
+the same way, with what the recheck measured: its status is "not the code", and it is no longer open.
 """
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ NOISE_Z = 3.5  # a newest-point drop must exceed this many noise units
 SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one point carries its whole noise
 CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
+NOT_THE_CODE = "not the code"  # the status of a step a recheck traced to the machine ([...alerts.rechecked])
 NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
 # estimates whose value is a median or a share of their samples. Not a paired bootstrap's: its items
@@ -110,7 +114,7 @@ class Alert:
     before: float | None
     after: float | None
     detail: str
-    status: str = "open"  # or "acknowledged", "within noise"
+    status: str = "open"  # or "acknowledged", NOT_THE_CODE, "within noise"
     mode: str | None = None  # the series' run mode and inputs fingerprint
     inputs: str | None = None
 
@@ -133,16 +137,27 @@ def acknowledgements(path=REPO_ROOT / "pyproject.toml") -> dict[str, str]:
     return dict(_alerts_config(path).get("acknowledged", {}))
 
 
-def acknowledge(alerts: list[Alert], acknowledged: dict[str, str]) -> list[Alert]:
-    """Mark the regressions an acknowledgement names (benchmark by fnmatch pattern, commit by prefix)."""
+def rechecks(path=REPO_ROOT / "pyproject.toml") -> dict[str, str]:
+    """{"benchmark pattern@commit prefix": what the recheck measured} from [tool.claimbench.alerts.rechecked]."""
+    return dict(_alerts_config(path).get("rechecked", {}))
+
+
+def acknowledge(alerts: list[Alert], acknowledged: dict[str, str], status: str = "acknowledged") -> list[Alert]:
+    """Give the open regressions an entry names (benchmark by fnmatch pattern, commit by prefix) `status`,
+    and the entry's reason in their detail; a step within noise stays so."""
     for a in alerts:
         for key, why in acknowledged.items():
             pattern, _, commit = key.rpartition("@")
-            if (a.kind == "regression" and commit and fnmatch.fnmatchcase(a.benchmark, pattern)
+            if (a.kind == "regression" and a.status == "open" and commit and fnmatch.fnmatchcase(a.benchmark, pattern)
                     and (a.commit_hash or "").startswith(commit)):
-                a.status, a.detail = "acknowledged", f"{a.detail}; acknowledged: {why}"
+                a.status, a.detail = status, f"{a.detail}; {status}: {why}"
                 break
     return alerts
+
+
+def reviewed(alerts: list[Alert], acknowledged: dict[str, str], rechecked: dict[str, str]) -> list[Alert]:
+    """The acknowledged steps marked so, then the rechecked ones as NOT_THE_CODE."""
+    return acknowledge(acknowledge(alerts, acknowledged), rechecked, NOT_THE_CODE)
 
 
 def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], callable]:
@@ -315,11 +330,12 @@ def budget_alerts(con, root: Path = REPO_ROOT) -> list[Alert]:
     return found
 
 
-def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None) -> list[Alert]:
+def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None,
+             rechecked: dict[str, str] | None = None) -> list[Alert]:
     """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these."""
     latest, history = verdicts.compute_with_history(con, registry)
-    found = acknowledge(regressions(con, thresholds) + gate_and_flip_alerts(latest, history) + budget_alerts(con),
-                        acknowledged or {})
+    found = reviewed(regressions(con, thresholds) + gate_and_flip_alerts(latest, history) + budget_alerts(con),
+                     acknowledged or {}, rechecked or {})
     found.sort(key=lambda a: (a.status == "open", a.commit_date is not None, a.commit_date or 0), reverse=True)
     con.execute("BEGIN")
     con.execute("DELETE FROM alerts")
@@ -335,6 +351,7 @@ def markdown(alerts: list[Alert]) -> str:
     open_ = [a for a in alerts if a.status == "open"]
     noise = [a for a in alerts if a.status == "within noise"]
     acknowledged = [a for a in alerts if a.status == "acknowledged"]
+    machine = [a for a in alerts if a.status == NOT_THE_CODE]
     lines = ["## claimbench alerts", ""]
     lines.append(f"{len(open_)} open alert(s)." if open_ else "No open regressions, gate failures or verdict flips.")
     if drift := sum(CODE_UNCHANGED in a.detail for a in open_):
@@ -352,6 +369,10 @@ def markdown(alerts: list[Alert]) -> str:
     if acknowledged:
         lines += ["", f"### Acknowledged ({len(acknowledged)}): intended changes, each with its reason", ""]
         lines += _table(acknowledged)
+    if machine:
+        lines += ["", f"### Not the code ({len(machine)}): steps a recheck traced to the machine, each with what it "
+                      "measured", ""]
+        lines += _table(machine)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -97,7 +97,8 @@ def cmd_alerts(args) -> int:
         overrides[pattern] = float(value)
     thresholds = alerts.Thresholds.from_pyproject(overrides=overrides)
     with store.connect(args.db) as con:
-        found = alerts.evaluate(con, registry.load(args.papers), thresholds, alerts.acknowledgements())
+        found = alerts.evaluate(con, registry.load(args.papers), thresholds, alerts.acknowledgements(),
+                                alerts.rechecks())
     from tabulate import tabulate
     if found:
         print(tabulate([[a.kind, a.status, a.benchmark, a.params, a.machine, (a.commit_hash or "")[:8],

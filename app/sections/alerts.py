@@ -1,5 +1,5 @@
 """Regressions (asv step detection), gate failures and verdict flips: open ones first, then those
-within noise and the acknowledged ones, newest first."""
+within noise, the acknowledged ones and those a recheck traced to the machine, newest first."""
 import urllib.parse
 
 import streamlit as st
@@ -18,9 +18,11 @@ if not df.empty:
     drift = int(((df["status"] == "open") & df["detail"].str.contains(alerts.CODE_UNCHANGED, regex=False)).sum())
     slower = int(((df["status"] == "open") & df["detail"].str.contains(alerts.MACHINE_SLOWER, regex=False)).sum())
     noise = int((df["status"] == "within noise").sum())
-    st.caption(f"{open_count} open, {len(df) - open_count - noise} acknowledged (intended changes, each with its "
-               f"reason in pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell "
-               "apart: see their detail)" + (f"; {drift} of the open ones are steps with no change on their code "
+    machine = int((df["status"] == alerts.NOT_THE_CODE).sum())
+    st.caption(f"{open_count} open, {len(df) - open_count - noise - machine} acknowledged (intended changes, each "
+               f"with its reason in pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell "
+               f"apart: see their detail), {machine} {alerts.NOT_THE_CODE} (steps a recheck traced to the machine, "
+               "with what it measured)" + (f"; {drift} of the open ones are steps with no change on their code "
                                              "path (the machine, its load or its libraries changed: see their detail)"
                                              if drift else "")
                + (f"; {slower} of the open ones are wall-clock steps over which {alerts.MACHINE_SLOWER} (its speed "
