@@ -14,8 +14,10 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   over all n; beside it the kernel alone on a fixed selection, and the step with the selection as
   torch ops (impl.ssa.ssa_select_pq). Interleaved rounds timed with CUDA events (`_timer`: ten calls a
   round, each after an L2 flush, each a CUDA graph replay where capture works: `_graphed`); gated on
-  the kernel matching the torch reference (fp32) on both selections and on the Triton selection's
-  certainty stratum equalling the torch selection's (`passes_gate`). Measured instead of
+  the kernel matching the torch reference (fp32) on both selections. The Triton selection times the
+  step only where it keeps what the torch selection keeps (the deterministic part of SSA's selection);
+  elsewhere, or where it fails, the step is timed with the torch-ops one, and its row says why.
+  Measured instead of
   the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
   their values), the new token's encoding and bucketing are not in the step, and the baseline is
   torch's SDPA, not FlashInfer.
@@ -203,19 +205,20 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
 
         def select():  # the same in four Triton launches
             return ssa_select_pq_triton(buckets, q, m)
-        try:
-            select()
-            selection = "Triton selection"
-        except Exception as e:  # the step still lands, timed with the torch-ops selection, and says so
-            progress("  ssa decode: the Triton selection failed, the step uses the torch-ops one\n"
-                     + traceback.format_exc())
-            selection = f"torch-ops selection (Triton's failed: {type(e).__name__})"
-            select = select_torch_ops
+        try:  # the Triton selection must keep what the torch one keeps; else the step says why it has not
+            differ = _kept_differ(select(), select_torch_ops())
+            failure = f"its certainty stratum differed on {differ} KV head(s)" if differ else None
+        except Exception as e:
+            progress(traceback.format_exc())
+            failure = f"it failed: {type(e).__name__}"
+        selection = "Triton selection"
+        if failure:  # the step still lands, timed with the torch-ops selection, and says so
+            progress(f"  ssa decode at {n:,} tokens: the step uses the torch-ops selection: the Triton one {failure}")
+            selection, select = f"torch-ops selection (the Triton one {failure})", select_torch_ops
         error = 0.0
         for chosen in ((index, log_w), select()):
             reference = weighted_attention(q.float(), k.float(), v.float(), *chosen)
             error = max(error, float((sparse_decode_attention(q, k, v, *chosen).float() - reference).abs().max()))
-        kept_differ = _kept_differ(select(), select_torch_ops())
         sparse = lambda: sparse_decode_attention(q, k, v, index, log_w)  # noqa: E731
         step = lambda: sparse_decode_attention(q, k, v, *select())  # noqa: E731
         step_torch_ops = lambda: sparse_decode_attention(q, k, v, *select_torch_ops())  # noqa: E731
@@ -230,15 +233,13 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
                   "step_speedup": intervals.ratio_of_rounds(times["dense"], times["step"]),
                   **{f"{name}_s": intervals.median_of(ts, f"order statistics of rounds, {calls[name][1]}"
                                                       + (f", {selection}" if name == "step" else ""))
-                     for name, ts in times.items()}, "max_error": error, "kept_differ": kept_differ}
+                     for name, ts in times.items()}, "max_error": error}
         if any(how != "CUDA graph replay" for _, how in calls.values()) and device == "cuda":
             progress(f"  ssa decode at {n:,} tokens: " + ", ".join(f"{name} {how}" for name, (_, how) in calls.items()))
         progress(f"  ssa decode at {n:,} tokens: dense {out[n]['dense_s'].value * 1e6:.1f} us, sparse kernel "
                  f"{out[n]['sparse_s'].value * 1e6:.1f} us ({out[n]['speedup'].text()}x), selection + kernel "
                  f"{out[n]['step_s'].value * 1e6:.1f} us ({out[n]['step_speedup'].text()}x; with the selection as "
-                 f"torch ops {out[n]['step_torch_ops_s'].value * 1e6:.1f} us), max error {error:.2e}"
-                 + (f", the Triton selection's certainty stratum differs from torch's on {kept_differ} KV head(s)"
-                    if kept_differ else ""))
+                 f"torch ops {out[n]['step_torch_ops_s'].value * 1e6:.1f} us), max error {error:.2e}")
     return out
 
 
@@ -444,12 +445,6 @@ def _commit(root: Path) -> str:
         return "0" * 40  # a copy without git history (a device machine's working tree may have none)
 
 
-def passes_gate(point: dict) -> bool:
-    """An SSA decode point's gate: the kernel within GATE_TOLERANCE of the fp32 reference on both
-    selections, and the Triton selection's certainty stratum the torch selection's on every KV head."""
-    return point["max_error"] <= GATE_TOLERANCE and not point.get("kept_differ", 0)
-
-
 def _guarded(bench: str, measure, progress) -> dict:
     """measure(), or {} with its traceback in the log: a benchmark that breaks on this device is left
     out, and the others' minutes of device time still land in the results."""
@@ -490,7 +485,7 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
     e8 = _guarded("gpu.E8Matmul", lambda: e8_matmul(device, E8_DRY if dry_run else E8, progress), progress)
     contexts = sorted(decode)
     bench = "gpu.SsaDecode"
-    ok = {n: passes_gate(decode[n]) for n in contexts}  # a failed gate: no ratio, recorded failed
+    ok = {n: decode[n]["max_error"] <= GATE_TOLERANCE for n in contexts}  # a failed gate: no ratio, recorded failed
     decode_rows = {"speedup_vs_dense": ("speedup", "x"), "step_speedup_vs_dense": ("step_speedup", "x"),
                    "dense_seconds": ("dense_s", "seconds"), "sparse_seconds": ("sparse_s", "seconds"),
                    "step_seconds": ("step_s", "seconds"), "step_torch_ops_seconds": ("step_torch_ops_s", "seconds")}

@@ -3,18 +3,18 @@ water filling and draws over the PQ codes, where the torch version spends about 
 (0.44 ms of an H200 decode step at any context).
 1. One program per KV head (`_codes_kernel`): each code's proxy probability from the query group's two
    sub-vector lookup tables, the codes sorted by it (one bitonic sort of probability and code packed in
-   64 bits), the tokens before each code in that order, the water-filling boundary (the first code c
-   with c_factor * p < 1, which the torch version's two-sided test also finds) and the cumulative mass
-   of the codes after it.
+   64 bits), the tokens before each code in that order, the water-filling boundary (the first code
+   whose factor times its probability is below 1 with at most m tokens before it: the code the torch
+   version's two-sided test finds) and the cumulative mass of the codes from there on.
 2. One program per (KV head, block of slots) (`_draw_kernel`): slot j < t takes the j-th token of the
    certainty stratum; slot j >= t draws a code by its mass (binary search of the cumulative mass), a
    token of it uniformly, and its Horvitz-Thompson log weight; each draw claims its token in a
    per-token scratch row, where the last writer wins (the row needs no clearing: a step reads only
    the tokens it drew).
 3. `_dedupe_kernel`: a draw whose token another draw claimed is padding (log w = -inf).
-The random bits are Philox streams from a seed drawn with torch's generator each call (so a CUDA graph
-replay draws anew). The layout differs from the torch version's, the distribution does not: the t
-kept tokens, then the m - t draws in draw order, duplicates padded in place, no compaction.
+The fourth launch draws the seed of the Philox streams with torch's generator, so that each call (and
+each CUDA graph replay) draws anew. The layout differs from the torch version's, the distribution does
+not: the t kept tokens, then the m - t draws in draw order, duplicates padded in place, no compaction.
 Reconstructed: the paper's selection kernel is not in its digest; this one is this project's.
 Runs on a CUDA device, or on CPU under TRITON_INTERPRET=1 (tests, `claimbench device-run --dry-run`).
 """

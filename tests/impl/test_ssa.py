@@ -4,9 +4,11 @@ import pytest
 import torch
 
 from claimbench.baselines.sparse_attention import Dense, ImportanceSampling, OracleTopK, PQCache, Quest
-from claimbench.impl.ssa import SSA, PQBuckets, ssa_select, ssa_select_pq, water_fill
+from claimbench.impl.ssa import SSA, ssa_select, ssa_select_pq, water_fill
 from claimbench.llm.model import Llama, LlamaConfig, dense_attention
-from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy, draw_with_replacement, head_probs
+from claimbench.llm.sparse import ExactProxy, LowRankProxy, PQProxy, draw_with_replacement
+
+from . import pq_selection_checks
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -41,17 +43,8 @@ def test_unbiased_numerator_and_denominator():
     assert (dens.mean() - dense_den).abs() <= 4 * se_den + 1e-12
 
 
-def _pq(heads: int, kv_heads: int, n: int, d: int, seed: int, sharpness: float = 1.0):
-    gen = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(1, heads, 1, d, generator=gen) * sharpness, torch.randn(1, kv_heads, n, d, generator=gen) * 2
-    proxy = PQProxy(subvectors=2, bits=3)
-    probs = head_probs(q, proxy.keys(0, k))
-    books, codes = proxy._books[0]
-    return q, k, probs, PQBuckets.build(books, codes, 2)
-
-
 def test_pq_code_probabilities_equal_the_proxy_probabilities_of_the_tokens_carrying_them():
-    q, _, probs, buckets = _pq(6, 2, 200, 16, seed=0)
+    q, _, probs, buckets = pq_selection_checks.pq(6, 2, 200, 16, seed=0)
     by_code = buckets.code_probs(q)
     for head in range(2):
         for code in range(by_code.shape[1]):
@@ -62,38 +55,12 @@ def test_pq_code_probabilities_equal_the_proxy_probabilities_of_the_tokens_carry
 @pytest.mark.parametrize("m", [1, 10, 61])
 @pytest.mark.parametrize("sharpness", [1.0, 4.0])  # 4: most heads keep some tokens outright
 def test_the_pq_selection_keeps_what_water_filling_keeps_and_weighs_its_draws_as_horvitz_thompson(m, sharpness):
-    q, _, probs, buckets = _pq(8, 4, 300, 16, seed=m, sharpness=sharpness)
-    idx, log_w = ssa_select_pq(buckets, q, m, torch.Generator().manual_seed(1))
-    assert idx.shape == log_w.shape == (4, m)
-    for row in range(4):
-        p = probs[row].double() / probs[row].double().sum()
-        order = p.argsort(descending=True)
-        t, _ = water_fill(p[order], m)
-        kept = set(idx[row][log_w[row] == 0].tolist())
-        assert kept == set(order[:t].tolist()), (t, len(kept))
-        is_drawn = (log_w[row] != 0) & log_w[row].isfinite()
-        drawn = idx[row][is_drawn]
-        assert len(set(drawn.tolist())) == len(drawn) and not kept & set(drawn.tolist())
-        rest = p.clone()
-        rest[order[:t]] = 0
-        inclusion = 1 - (1 - rest[drawn] / rest.sum()) ** (m - t)
-        assert torch.allclose(log_w[row][is_drawn].double(), -inclusion.log(), rtol=1e-4)
+    pq_selection_checks.check_keeps_and_weighs(ssa_select_pq, m, sharpness)
 
 
 def test_the_pq_selection_is_unbiased_too():
     """As test_unbiased_numerator_and_denominator, over 3000 KV heads with the same keys and query."""
-    q, k, _, one = _pq(1, 1, 300, 8, seed=3)
-    heads, m = 3000, 30
-    buckets = PQBuckets(one.books.repeat(heads, 1, 1), one.order.repeat(heads, 1), one.starts.repeat(heads, 1))
-    idx, log_w = ssa_select_pq(buckets, q.repeat(1, heads, 1, 1), m, torch.Generator().manual_seed(1))
-    s = (k[0, 0].double() @ q[0, 0, 0].double()) / math.sqrt(8)
-    v = torch.randn(300, 4, generator=torch.Generator().manual_seed(4), dtype=torch.double)
-    w = log_w.double().exp()
-    nums = (w[..., None] * s[idx].exp()[..., None] * v[idx]).sum(1)
-    dens = (w * s[idx].exp()).sum(1)
-    dense_num, dense_den = (s.exp()[:, None] * v).sum(0), s.exp().sum()
-    assert ((nums.mean(0) - dense_num).abs() <= 4 * nums.std(0) / math.sqrt(heads) + 1e-9).all()
-    assert (dens.mean() - dense_den).abs() <= 4 * dens.std() / math.sqrt(heads) + 1e-9
+    pq_selection_checks.check_unbiased(ssa_select_pq, heads=3000)
 
 
 def test_draws_with_replacement_count_duplicates_once():
