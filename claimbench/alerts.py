@@ -142,11 +142,11 @@ def rechecks(path=REPO_ROOT / "pyproject.toml") -> dict[str, str]:
     return dict(_alerts_config(path).get("rechecked", {}))
 
 
-def acknowledge(alerts: list[Alert], acknowledged: dict[str, str], status: str = "acknowledged") -> list[Alert]:
+def acknowledge(alerts: list[Alert], entries: dict[str, str], status: str = "acknowledged") -> list[Alert]:
     """Give the open regressions an entry names (benchmark by fnmatch pattern, commit by prefix) `status`,
     and the entry's reason in their detail; a step within noise stays so."""
     for a in alerts:
-        for key, why in acknowledged.items():
+        for key, why in entries.items():
             pattern, _, commit = key.rpartition("@")
             if (a.kind == "regression" and a.status == "open" and commit and fnmatch.fnmatchcase(a.benchmark, pattern)
                     and (a.commit_hash or "").startswith(commit)):

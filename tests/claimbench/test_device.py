@@ -72,7 +72,6 @@ def test_a_benchmark_that_breaks_is_left_out_with_its_traceback_and_the_rest_sti
     assert device._guarded("gpu.SsaDecode", lambda: {1024: "row"}, lines.append) == {1024: "row"} and len(lines) == 1
 
 
-
 FALLBACK = """
 import torch
 from claimbench import device

@@ -29,9 +29,9 @@ def rest_after_water_filling(probs_row: torch.Tensor, m: int) -> tuple[torch.Ten
     return rest, set(order[:t].tolist())
 
 
-def check_keeps_and_weighs(select, m: int, sharpness: float) -> tuple[torch.Tensor, torch.Tensor]:
+def check_keeps_and_weighs(select, m: int, sharpness: float):
     """It keeps what water filling keeps, draws each other token at most once, none of them kept, and
-    weighs each draw as Horvitz-Thompson. Returns the selection."""
+    weighs each draw as Horvitz-Thompson. Returns the buckets, the query and the selection (index, log w)."""
     q, _, probs, buckets = pq(8, 4, 300, 16, seed=m, sharpness=sharpness)
     idx, log_w = select(buckets, q, m, torch.Generator().manual_seed(1))
     assert idx.shape == log_w.shape == (4, m), (idx.shape, log_w.shape)
@@ -44,7 +44,7 @@ def check_keeps_and_weighs(select, m: int, sharpness: float) -> tuple[torch.Tens
         assert len(set(drawn.tolist())) == len(drawn) and not kept & set(drawn.tolist()), (m, row)
         inclusion = 1 - (1 - rest[drawn] / rest.sum()) ** (m - len(kept))
         assert torch.allclose(log_w[row][is_drawn].double(), -inclusion.log(), rtol=1e-4), (m, row)
-    return idx, log_w
+    return buckets, q, idx, log_w
 
 
 def check_unbiased(select, heads: int, m: int = 30) -> None:

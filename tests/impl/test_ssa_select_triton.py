@@ -26,8 +26,7 @@ def select(buckets, q, m, gen):
 
 
 for m, sharpness in ((1, 1.0), (10, 1.0), (61, 1.0), (10, 4.0), (61, 4.0), (290, 4.0)):
-    idx, log_w = checks.check_keeps_and_weighs(select, m, sharpness)
-    q, _, _, buckets = checks.pq(8, 4, 300, 16, seed=m, sharpness=sharpness)
+    buckets, q, idx, log_w = checks.check_keeps_and_weighs(select, m, sharpness)
     torch_idx, torch_log_w = ssa_select_pq(buckets, q, m, torch.Generator().manual_seed(1))
     assert idx.dtype == torch.int64
     for row in range(4):
