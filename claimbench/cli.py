@@ -155,7 +155,8 @@ def cmd_kernels(args) -> int:
 
 def cmd_device_run(args) -> int:
     from . import device
-    argv = ["--out", args.out] + (["--dry-run"] if args.dry_run else [])
+    argv = (["--out", args.out] if args.out else []) + (["--dry-run"] if args.dry_run else [])
+    argv += ["--compile-only", "--arch", str(args.arch)] if args.compile_only else []
     argv += ["--machine", args.machine] if args.machine else []
     argv += ["--commit", args.commit] if args.commit else []
     return device.main(argv)
@@ -249,8 +250,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("device-run", help="every GPU benchmark, on a lent GPU machine (python -m claimbench.device "
                                           "where claimbench is not installed)")
-    p.add_argument("--out", required=True, help="folder for the results, to bring back and ingest")
+    p.add_argument("--out", help="folder for the results, to bring back and ingest (required unless --compile-only)")
     p.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the format, spend no GPU time")
+    p.add_argument("--compile-only", action="store_true", help="compile every kernel for the GPU (--arch) here, on "
+                                                                "the CPU: launch nothing, write nothing")
+    p.add_argument("--arch", type=int, default=90, help="compute capability to compile for (default 90: H100, H200)")
     p.add_argument("--machine", help="machine name (default: gpu-<GPU name>)")
     p.add_argument("--commit", help="commit the results are filed under (default: git HEAD)")
     p.set_defaults(func=cmd_device_run)

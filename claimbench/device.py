@@ -41,7 +41,9 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   at each format's largest batch, which these rows explain but do not measure.
 - Lychee vs IVF-Flat on the GPU needs faiss-gpu, which the image lacks: listed as skipped.
 `--dry-run` runs the same code on the CPU under Triton's interpreter at toy sizes, writing a valid
-result file (mode `dry-run`), so the format is proven before any GPU time is spent.
+result file (mode `dry-run`), so the format is proven before any GPU time is spent; `--compile-only`
+compiles every Triton kernel of the run for the GPU (`--arch`) on the CPU (`compile_check`), so the
+kernels are too.
 On a bare copy of the repository (a device machine, where nothing is installed) run it as
 `python -m claimbench.device --out DIR` from the repository root; where claimbench is installed,
 `claimbench device-run --out DIR` is the same.
@@ -80,6 +82,18 @@ E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15}
 E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3}
 E8_KERNELS = ["fp16", "e8-triton", "e8-decode-then-fp16"]
 E8_GROUP = 64
+
+
+def _selected(n: int) -> int:
+    """Tokens SSA's step attends to at context n."""
+    return max(n // SPARSITY, 16)
+
+
+def _input_dtype(device: str, on_gpu: str):
+    """The inputs' dtype: on_gpu ("bfloat16" for the decode step, "float16" for the matmuls) on a GPU,
+    fp32 on the CPU (the dry run)."""
+    import torch
+    return getattr(torch, on_gpu) if device == "cuda" else torch.float32
 
 
 @dataclass
@@ -179,7 +193,7 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     from claimbench.impl.ssa import PQBuckets, ssa_select_pq
     from claimbench.impl.ssa_select_triton import ssa_select_pq_triton
     from claimbench.llm.sparse import PQProxy, weighted_attention
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = _input_dtype(device, "bfloat16")
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
     proxy = PQProxy(bits=sizes["pq_bits"])  # sub-vectors x bits per head
@@ -189,7 +203,7 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
         if time.monotonic() - started > budget_s:
             progress(f"  ssa decode: {budget_s:.0f} s spent; left out {[c for c in sizes['contexts'] if c >= n]}")
             break
-        m = max(n // SPARSITY, 16)
+        m = _selected(n)
         q, k, v = (torch.randn(shape, generator=gen, device=device, dtype=dtype)
                    for shape in ((1, H, 1, d), (1, hkv, n, d), (1, hkv, n, d)))
         index = torch.stack([torch.randperm(n, generator=gen, device=device)[:m].sort().values for _ in range(hkv)])
@@ -329,7 +343,7 @@ def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple
     import torch.nn.functional as F
 
     from claimbench.impl import e8_matmul_triton as kernel
-    dtype = torch.float16 if device == "cuda" else torch.float32
+    dtype = _input_dtype(device, "float16")
     codes = torch.randint(0, 2 ** 16, (rows, cols // 8), generator=generator, device=device)
     packed = kernel.pack(codes)
     scales = torch.full((rows, cols // E8_GROUP), cols ** -0.5, device=device).to(dtype)
@@ -419,6 +433,75 @@ def _matmul_columns(bench: str, matmuls: dict, kernels: list[str], evidence_path
     return {f"{bench}.track_speedup_vs_fp16": (*params, column("speedup"), "x"),
             f"{bench}.track_seconds": (*params, column("seconds"), "seconds"),
             f"{bench}.track_relative_error": (*params, column("error"), "relative error")}
+
+
+def _launch_sites(sizes: dict, e8_sizes: dict) -> list[tuple[str, object]]:
+    """(where, call) for each Triton launch site of a device run at these sizes, its arguments as the GPU
+    run makes them (shapes, dtypes, integers) but empty CPU tensors, built when called: for compile_check."""
+    import torch
+
+    from claimbench.impl import e8_matmul_triton
+    from claimbench.impl.sparse_decode_triton import sparse_decode_attention
+    from claimbench.impl.ssa import PQBuckets
+    from claimbench.impl.ssa_select_triton import ssa_select_pq_triton
+    from claimbench.llm.sparse import PQProxy
+    H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
+    proxy = PQProxy(bits=sizes["pq_bits"])
+    per_book = 2 ** proxy.bits
+
+    decode, matmul = _input_dtype("cuda", "bfloat16"), _input_dtype("cuda", "float16")
+
+    def ssa_step(n):
+        def call():
+            q = torch.empty(1, H, 1, d, dtype=decode)
+            kv = torch.empty(1, hkv, n, d, dtype=decode)
+            buckets = PQBuckets(torch.empty(hkv * proxy.subvectors, per_book, d // proxy.subvectors),
+                                torch.empty(hkv, n, dtype=torch.int64),
+                                torch.empty(hkv, per_book ** proxy.subvectors + 1, dtype=torch.int64))
+            sparse_decode_attention(q, kv, kv, *ssa_select_pq_triton(buckets, q, _selected(n)))
+        return call
+
+    def e8(rows, cols, tokens):
+        def call():
+            e8_matmul_triton.e8_matmul(torch.empty(tokens, cols, dtype=matmul),
+                                       torch.empty(rows, cols // 8, dtype=torch.int16),
+                                       torch.empty(rows, cols // E8_GROUP, dtype=matmul),
+                                       torch.empty(2 ** 16, 8, dtype=matmul), E8_GROUP)
+        return call
+    return ([(f"gpu.SsaDecode at {n:,} tokens", ssa_step(n)) for n in sizes["contexts"]]
+            + [(f"gpu.E8Matmul {shape} x {tokens} tokens", e8(rows, cols, tokens))
+               for shape, (rows, cols) in e8_sizes["shapes"].items() for tokens in e8_sizes["tokens"]])
+
+
+def compile_check(arch: int = 90, sizes: dict = FULL, e8_sizes: dict = E8, progress=print) -> list[dict]:
+    """Every Triton kernel a device run launches at these sizes, compiled here for an NVIDIA GPU of compute
+    capability `arch` (triton_support.compile_only: no GPU needed), so that a lent GPU's minutes are not
+    spent finding out that a kernel does not compile or asks for more shared memory than the GPU has.
+    One row per distinct compiled kernel (where first launched, its resources, "error": None or why it
+    would fail), and one per launch site that failed to compile. gpu.Sparse24Matmul runs torch's own
+    kernels: nothing of it to compile. Run it in a process without TRITON_INTERPRET (`claimbench
+    device-run --compile-only`)."""
+    from dataclasses import asdict
+
+    from claimbench.impl import triton_support
+    rows, seen = [], set()
+    for where, call in _launch_sites(sizes, e8_sizes):
+        try:
+            with triton_support.compile_only(arch) as compiled:
+                call()
+        except Exception as e:
+            progress(traceback.format_exc())
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            rows.append({"where": where, "kernel": "", "error": f"{type(e).__name__}: {lines[-1] if lines else ''}"})
+            progress(f"compile check: {where}: failed ({rows[-1]['error']})")
+            continue
+        new = [kernel for kernel in compiled if kernel.hash not in seen]
+        seen.update(kernel.hash for kernel in new)
+        for kernel in new:
+            used = triton_support.resources(kernel)
+            rows.append({"where": where, **asdict(used), "error": used.too_big(arch)})
+        progress(f"compile check: {where}: {len(compiled)} kernel(s) compiled for sm_{arch}, {len(new)} new")
+    return rows
 
 
 def machine_name() -> str:
@@ -529,15 +612,48 @@ def _map_folders() -> None:
 def main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="claimbench device-run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, type=Path, help="folder for the results (brought back and ingested)")
+    ap.add_argument("--out", type=Path, help="folder for the results (brought back and ingested)")
     ap.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: check the format, spend no GPU time")
+    ap.add_argument("--compile-only", action="store_true", help="compile every kernel of the run for the GPU "
+                    "(--arch) here, launch nothing, write nothing: no GPU needed")
+    ap.add_argument("--arch", type=int, default=90, help="compute capability --compile-only compiles for "
+                    "(default 90: H100, H200)")
     ap.add_argument("--machine", help="machine name (default: gpu-<GPU name>)")
     ap.add_argument("--commit", help="commit the results are filed under (default: git HEAD; a copy of the "
                     "working tree without its history needs it)")
     args = ap.parse_args(argv)
     _map_folders()
+    if args.compile_only:
+        rows = compile_check(args.arch)
+        print(_compile_table(rows, args.arch))
+        return 1 if any(row["error"] for row in rows) else 0
+    if args.out is None:
+        ap.error("--out is required (or --compile-only)")
     run(args.out, dry_run=args.dry_run, machine=args.machine, commit=args.commit)
     return 0
+
+
+def _compile_table(rows: list[dict], arch: int) -> str:
+    """compile_check's rows as text: per kernel its variants (specializations, autotuned configs) and the
+    most any of them asks for; per launch site that failed, why."""
+    import triton
+    header = ("kernel", "variants", "warps", "shared KiB (max)", "registers (max)", "local bytes (max)", f"sm_{arch}")
+    body = []
+    for name in dict.fromkeys(row["kernel"] for row in rows if row["kernel"]):
+        variants = [row for row in rows if row["kernel"] == name]
+        most = {field: max((row[field] for row in variants if row[field] is not None), default=None)
+                for field in ("shared_bytes", "registers", "local_bytes")}
+        errors = [row["error"] for row in variants if row["error"]]
+        body.append((name, str(len(variants)), ",".join(sorted({str(row["num_warps"]) for row in variants})),
+                     f"{most['shared_bytes'] / 1024:.1f}",
+                     *("?" if most[field] is None else str(most[field]) for field in ("registers", "local_bytes")),
+                     f"{len(errors)} too big: {errors[0]}" if errors else "ok"))
+    body += [(f"({row['where']})", "", "", "", "", "", row["error"]) for row in rows if not row["kernel"]]
+    widths = [max(len(cells[i]) for cells in (header, *body)) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip() for cells in (header, *body)]
+    failed = sum(bool(row["error"]) for row in rows)
+    return "\n".join([f"triton {triton.__version__}, every kernel of the device run compiled for sm_{arch}:", *lines,
+                      f"{failed} failed" if failed else f"all {len(rows)} variants compiled and fit sm_{arch}"])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The device run's dry run (CPU, Triton's interpreter): its output is what ingest takes, and it runs
-from a bare copy of the repository, as on a lent GPU machine where nothing is installed."""
+from a bare copy of the repository, as on a lent GPU machine where nothing is installed. Its compile
+check: every kernel compiled for an H200 here, with no GPU, and what it does when one does not compile."""
 import json
 import os
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 from claimbench import device, environment, ingest, registry, store, verdicts
+from claimbench.impl import triton_support
 
 pytest.importorskip("triton")
 
@@ -98,3 +100,103 @@ def test_a_triton_selection_that_fails_or_keeps_other_tokens_leaves_the_step_to_
     out = subprocess.run([sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
     assert "no kernel image" in out.stdout and out.stdout.count("the step uses the torch-ops selection") == 2
+
+
+def _compiler_env(tmp_path) -> dict:
+    """A process that compiles (no interpreter) into a cache of its own, so each kernel is really compiled."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    return {**env, "TRITON_CACHE_DIR": str(tmp_path / "triton-cache")}
+
+
+def _needs_nvidia_backend():
+    from triton.backends import backends
+    if "nvidia" not in backends:
+        pytest.skip("this triton has no NVIDIA backend to compile with")
+
+
+COMPILE_CHECK = """
+import json
+from claimbench import device
+rows = device.compile_check(90, {**device.FULL, "contexts": [1_048_576]},
+                            {"shapes": {"llama8b-ffn-up": device.E8["shapes"]["llama8b-ffn-up"]}, "tokens": [1]},
+                            progress=lambda line: None)
+print(json.dumps(rows))
+"""
+
+
+def test_every_kernel_of_the_device_run_compiles_for_an_h200_here_without_one(tmp_path):
+    _needs_nvidia_backend()
+    out = subprocess.run([sys.executable, "-c", COMPILE_CHECK], env=_compiler_env(tmp_path), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {row["kernel"] for row in rows} == {"_codes_kernel", "_draw_kernel", "_dedupe_kernel",
+                                               "_sparse_decode_chunk", "_merge_chunks", "_e8_matmul"}
+    assert not [row for row in rows if row["error"]], rows
+    assert all(row["registers"] and row["local_bytes"] is not None for row in rows)  # read from each cubin
+    assert sum(row["kernel"] == "_e8_matmul" for row in rows) > 1  # each config the autotuner keeps
+    codes = next(row for row in rows if row["kernel"] == "_codes_kernel")
+    assert codes["num_warps"] == 8 and codes["where"] == "gpu.SsaDecode at 1,048,576 tokens"
+
+
+BROKEN = """
+import json
+import torch
+import triton
+import triton.language as tl
+from claimbench import device
+
+@triton.jit
+def doubled(X, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(X + offs, tl.load(X + offs) * 2)
+
+@triton.jit
+def broken(X, N: tl.constexpr):
+    offs = tl.arange(0, N)  # N = 3: arange needs a power of two
+    tl.store(X + offs, tl.load(X + offs) * 2)
+x = torch.empty(64)
+device._launch_sites = lambda sizes, e8_sizes: [("a fine site", lambda: doubled[(1,)](x, N=64)),
+                                                ("a broken site", lambda: broken[(1,)](x, N=3))]
+print(json.dumps(device.compile_check(90, progress=lambda line: None)))
+"""
+
+
+def test_a_kernel_that_does_not_compile_is_a_failed_row_naming_its_site_and_the_others_still_compile(tmp_path):
+    _needs_nvidia_backend()
+    script = tmp_path / "broken.py"  # triton.jit reads the kernels' source from their file
+    script.write_text(BROKEN)
+    out = subprocess.run([sys.executable, str(script)], env=_compiler_env(tmp_path), capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    fine, failed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert fine["kernel"] == "doubled" and fine["error"] is None
+    assert failed["where"] == "a broken site" and failed["kernel"] == "" and "power of 2" in failed["error"], failed
+
+
+def test_a_kernel_asking_more_shared_memory_than_the_gpu_has_would_not_launch():
+    needs = triton_support.Resources("tiles", 8, 240_000, 128, 0)
+    assert "232,448" in needs.too_big(90) and needs.too_big(80)  # H100/H200 227 KiB, A100 163 KiB
+    assert triton_support.Resources("tiles", 8, 100_000, 128, 0).too_big(90) is None
+    assert needs.too_big(75) is None  # a capability without a known limit: left to the GPU
+
+
+def test_compile_only_refuses_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="interpreter"):
+        with triton_support.compile_only(90):
+            pass
+
+
+def test_the_compile_check_exits_nonzero_and_says_why_when_a_kernel_fails(monkeypatch, capsys):
+    ok = {"where": "gpu.SsaDecode at 32,768 tokens", "kernel": "_codes_kernel", "num_warps": 8,
+          "shared_bytes": 8192, "registers": 254, "local_bytes": 0, "error": None}
+    too_big = {**ok, "kernel": "_tiles", "shared_bytes": 240_000, "error": "240,000 bytes of shared memory, above"}
+    failed = {"where": "gpu.E8Matmul toy x 1 tokens", "kernel": "", "error": "CompilationError: boom"}
+    monkeypatch.setattr(device, "compile_check", lambda arch: [ok, too_big, failed])
+    assert device.main(["--compile-only"]) == 1
+    table = capsys.readouterr().out
+    assert "_codes_kernel" in table and "1 too big: 240,000 bytes" in table
+    assert "(gpu.E8Matmul toy x 1 tokens)" in table and "CompilationError: boom" in table and "2 failed" in table
+    monkeypatch.setattr(device, "compile_check", lambda arch: [ok])
+    assert device.main(["--compile-only"]) == 0 and "all 1 variants compiled and fit sm_90" in capsys.readouterr().out
