@@ -21,18 +21,21 @@ paper with a GPU part adds its measurement here and its rows there), under the s
   the paper's setup: the proxy's codebooks and codes are random (the step's cost does not depend on
   their values), the new token's encoding and bucketing are not in the step, and the baseline is
   torch's SDPA, not FlashInfer.
-- `gpu.Sparse24Matmul` (PAPERS.md C5, context for the claim speed-at-equal-bits): one linear layer's
-  matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each storage format
-  through the kernel torch has for it: dense fp16 (cuBLAS), 2:4 fp16 (`to_sparse_semi_structured`, and
-  its cuSPARSELt op called directly), dense int8 x int8 (`torch._int_mm`), 2:4 int8 (cuSPARSELt's op
-  with int32 out: the tensor subclass's int8 product saturates), weight-only int4
-  (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved rounds timed as above, the
-  ratio to dense fp16 per round, each kernel's relative error against the fp32 product of the weight
-  it stores (a kernel erring by more than 5% gets no speed row). The int8 rows' activation quantization
-  and int32 -> float rescale are separate torch ops, in the time (no fused epilogue). No kernel for INT5
-  weights exists in torch or here, so the claim itself (2:4 + INT8 against INT5) stays unmeasured:
-  these rows say whether 2:4 is faster than dense at each tier on this GPU. A kernel that torch
-  refuses on this device (shape, dtype or build) is recorded as skipped with torch's reason.
+- `gpu.Sparse24Matmul` (PAPERS.md C5, claim speed-vs-tier-lower, context for speed-at-equal-bits): one
+  linear layer's matmul at SmolLM2-135M's and Llama-3.1-8B's FFN shapes and 16-4,096 tokens, each
+  storage format through the kernel torch has for it: dense fp16 (cuBLAS), dense fp8 e4m3
+  (`torch._scaled_mm`, per-tensor scales, torch's default accumulation), 2:4 fp16
+  (`to_sparse_semi_structured`, and its cuSPARSELt op called directly), dense int8 x int8
+  (`torch._int_mm`), 2:4 int8 (cuSPARSELt's op with int32 out: the tensor subclass's int8 product
+  saturates), weight-only int4 (`torch._weight_int4pack_mm`, tinygemm, bf16 activations); interleaved
+  rounds timed as above, the ratio to dense fp16 per round, each kernel's relative error against the
+  fp32 product of the weight it stores (a kernel erring by more than 5% gets no speed row). The int8
+  and fp8 rows' activation quantization (and the int8 rows' int32 -> float rescale) are separate torch
+  ops, in the time (no fused prologue or epilogue). The claim row (`gpu.Sparse24VsTierLower`): 2:4 fp16
+  over dense fp8, per round, at Llama-3.1-8B's shapes (TIER_LOWER): adding 2:4 against dropping a
+  precision tier at the same nominal tensor-core throughput. No kernel for INT5 weights exists in torch
+  or here, so 2:4 + INT8 against INT5 (equal bits) stays unmeasured. A kernel that torch refuses on
+  this device (shape, dtype or build) is recorded as skipped with torch's reason.
 - `gpu.E8Matmul` (PAPERS.md C3, context for the claim decode-throughput): one linear layer at the same
   shapes and 1-256 tokens, its weight stored as E8-QAT stores it (a 16-bit E8 code per 8 weights, an
   fp16 scale per 64: 2.25 bits), through the Triton kernel that decodes the codes inside the matmul
@@ -76,7 +79,12 @@ SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 
                        "llama8b-ffn-up": (14336, 4096), "llama8b-ffn-down": (4096, 14336)},
             "tokens": [16, 256, 4096], "rounds": 15}
 SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6}
-SPARSE24_KERNELS = ["fp16", "2:4-fp16", "2:4-fp16-cusparselt", "int8", "2:4-int8", "int4-weight-only"]
+SPARSE24_KERNELS = ["fp16", "fp8", "2:4-fp16", "2:4-fp16-cusparselt", "int8", "2:4-int8", "int4-weight-only"]
+# 2:4 at a precision -> dense one tier lower at the same nominal tensor-core throughput (H100, H200: sparse
+# fp16 and dense fp8 989 TFLOPS each), at the paper's scale (Llama-3.1-8B): the claim speed-vs-tier-lower
+TIER_LOWER = {"2:4-fp16": "fp8"}
+TIER_LOWER_SHAPES = ("llama8b-ffn-up", "llama8b-ffn-down")
+TIER_LOWER_BENCH = "gpu.Sparse24VsTierLower.track_slowdown"  # its own grid of (shape, tokens, kernel)
 MATMUL_MAX_ERROR = 0.05
 E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15}
 E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3}
@@ -114,8 +122,9 @@ def plan(device: str) -> list[Planned]:
     return [Planned("gpu.SsaDecode", "SSA decode step (selection, then the Triton sparse kernel over n/50 tokens) "
                     "vs torch SDPA dense decode, 32K-1M context" if device == "cuda"
                     else "the same at toy sizes on the CPU (interpreter)", True),
-            Planned("gpu.Sparse24Matmul", "2:4 vs dense matmuls at fp16, int8 and weight-only int4" if device == "cuda"
-                    else "dense matmul at a toy size on the CPU (the 2:4 and integer kernels need CUDA)", True),
+            Planned("gpu.Sparse24Matmul", "2:4 vs dense matmuls at fp16, fp8, int8 and weight-only int4"
+                    if device == "cuda" else "dense fp16 and fp8 matmuls at a toy size on the CPU (the 2:4 and "
+                    "integer kernels need CUDA)", True),
             Planned("gpu.E8Matmul", "E8 codes decoded inside a Triton matmul vs fp16 cuBLAS, batch 1-256"
                     if device == "cuda" else "the same at a toy size on the CPU (interpreter)", True),
             Planned("gpu.LycheeSearch", "Lychee vs faiss IVF-Flat on the GPU", gpu_faiss,
@@ -282,9 +291,18 @@ def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str,
         except Exception as e:  # torch says why this kernel cannot run here: recorded, not raised
             out[name] = (None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
 
+    def fp8_dense():  # e4m3 weights scaled per tensor, activations by a fixed scale; torch's default accumulation
+        w_scale = weight.abs().max() / FP8_MAX
+        w8 = (weight / w_scale).to(torch.float8_e4m3fn)  # (out, in) row-major: w8.T is column-major, as cuBLASLt takes
+        a_scale = torch.tensor(_ACT_SCALE_FP8, device=device)
+        return (lambda x: torch._scaled_mm((x / a_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), w8.T,
+                                           scale_a=a_scale, scale_b=w_scale, out_dtype=torch.float16)), \
+            w8.float() * w_scale
+
     if device != "cuda":
         attempt("fp16", lambda: ((lambda x: F.linear(x, weight)), weight))
-        for name in SPARSE24_KERNELS[1:]:
+        attempt("fp8", fp8_dense)
+        for name in SPARSE24_KERNELS[2:]:
             out[name] = (None, "needs CUDA")
         return out
     from torch.sparse import to_sparse_semi_structured
@@ -327,13 +345,15 @@ def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str,
         stored = (codes.reshape(rows, -1, group) * step.unsqueeze(-1) + low.unsqueeze(-1)).reshape(rows, cols)
         return (lambda x: torch._weight_int4pack_mm(x.to(torch.bfloat16), packed, group, scale_zero)), stored
 
-    for name, build in zip(SPARSE24_KERNELS, (dense16, sparse16, sparse16_cusparselt, int8_dense, int8_sparse,
-                                              int4_weight_only)):
+    for name, build in zip(SPARSE24_KERNELS, (dense16, fp8_dense, sparse16, sparse16_cusparselt, int8_dense,
+                                              int8_sparse, int4_weight_only)):
         attempt(name, build)
     return out
 
 
 _ACT_SCALE = 4 / 127  # activations are N(0, 1) here: int8 codes of x / (4 / 127), 4 sigma at full range
+FP8_MAX = 448.0  # e4m3's largest finite value
+_ACT_SCALE_FP8 = 4 / FP8_MAX  # the same for e4m3: 4 sigma at its largest value
 
 
 def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple[object, object]]:
@@ -356,9 +376,11 @@ def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple
                                     weight.float())}
 
 
-def matmul_rows(device: str, sizes: dict, build, label: str, progress=print) -> dict:
+def matmul_rows(device: str, sizes: dict, build, label: str, progress=print, pairs: dict | None = None,
+                pair_shapes: tuple = ()) -> dict:
     """(shape, tokens) -> kernel -> {"seconds", "speedup" (vs fp16 dense, per round), "error"} or {"skipped"},
-    for the kernels build(rows, cols, generator, device) makes per shape."""
+    for the kernels build(rows, cols, generator, device) makes per shape; pairs {kernel: other} add
+    "slowdown_vs_tier_lower" (the kernel's time over the other's, per round) at pair_shapes."""
     import torch
     gen = torch.Generator(device=device).manual_seed(0)
     timed = _timer(device)
@@ -392,6 +414,9 @@ def matmul_rows(device: str, sizes: dict, build, label: str, progress=print) -> 
                     progress(f"  {label} {shape_name} x {tokens} tokens, {name}: {calls[name][1]}")
                 if "fp16" in times:
                     rows_out[name]["speedup"] = intervals.ratio_of_rounds(times["fp16"], ts)
+            for name, other in (pairs or {}).items():
+                if shape_name in pair_shapes and name in times and other in times:
+                    rows_out[name]["slowdown_vs_tier_lower"] = intervals.ratio_of_rounds(times[name], times[other])
             out[shape_name, tokens] = rows_out
             progress(f"  {label} {shape_name} x {tokens} tokens: " + ", ".join(
                 f"{name} {r['seconds'].value * 1e6:.1f} us" if "seconds" in r else f"{name} skipped"
@@ -401,7 +426,7 @@ def matmul_rows(device: str, sizes: dict, build, label: str, progress=print) -> 
 
 def sparse24_matmul(device: str, sizes: dict, progress=print) -> dict:
     """2:4 vs dense at each tier torch has (module docstring)."""
-    return matmul_rows(device, sizes, _sparse24_kernels, "2:4 matmul", progress)
+    return matmul_rows(device, sizes, _sparse24_kernels, "2:4 matmul", progress, TIER_LOWER, TIER_LOWER_SHAPES)
 
 
 def e8_matmul(device: str, sizes: dict, progress=print) -> dict:
@@ -409,30 +434,40 @@ def e8_matmul(device: str, sizes: dict, progress=print) -> dict:
     return matmul_rows(device, sizes, _e8_kernels, "E8 matmul", progress)
 
 
+
+
 def _matmul_columns(bench: str, matmuls: dict, kernels: list[str], evidence_path: Path, progress) -> dict:
-    """asv columns of a matmul_rows result (speedup vs fp16, seconds, relative error), intervals recorded."""
+    """asv columns of a matmul_rows result (speedup vs fp16, seconds, relative error over every shape, token
+    count and kernel; the slowdown vs a tier lower over the paired shapes and kernels only), intervals recorded."""
     shapes = sorted({shape for shape, _ in matmuls})
     tokens = sorted({t for _, t in matmuls})
+
+    def row(shape, t, kernel):
+        return matmuls.get((shape, t), {}).get(kernel, {})
     grid = [(shape, t, kernel) for shape in shapes for t in tokens for kernel in kernels]
     for shape, t, kernel in grid:
-        row = matmuls.get((shape, t), {}).get(kernel, {})
-        for field in ("speedup", "seconds"):
-            if field in row:
-                evidence.record(f"{bench}.track_{'speedup_vs_fp16' if field == 'speedup' else 'seconds'}",
-                                {"shape": shape, "tokens": t, "kernel": kernel}, row[field], evidence_path)
-        if "skipped" in row:
-            progress(f"device-run: {bench} {shape} {t} {kernel}: skipped ({row['skipped']})")
-        elif "error" in row and "seconds" not in row:
-            progress(f"device-run: {bench} {shape} {t} {kernel}: not timed (relative error {row['error']:.3g} "
+        found = row(shape, t, kernel)
+        for field, benchmark in (("speedup", f"{bench}.track_speedup_vs_fp16"), ("seconds", f"{bench}.track_seconds"),
+                                 ("slowdown_vs_tier_lower", TIER_LOWER_BENCH)):
+            if field in found:
+                evidence.record(benchmark, {"shape": shape, "tokens": t, "kernel": kernel}, found[field], evidence_path)
+        if "skipped" in found:
+            progress(f"device-run: {bench} {shape} {t} {kernel}: skipped ({found['skipped']})")
+        elif "error" in found and "seconds" not in found:
+            progress(f"device-run: {bench} {shape} {t} {kernel}: not timed (relative error {found['error']:.3g} "
                      f"> {MATMUL_MAX_ERROR})")
 
-    def column(field):
-        rows = [matmuls.get((shape, t), {}).get(kernel, {}).get(field) for shape, t, kernel in grid]
-        return [getattr(r, "value", r) for r in rows]
-    params = (["shape", "tokens", "kernel"], [shapes, tokens, kernels])
-    return {f"{bench}.track_speedup_vs_fp16": (*params, column("speedup"), "x"),
-            f"{bench}.track_seconds": (*params, column("seconds"), "seconds"),
-            f"{bench}.track_relative_error": (*params, column("error"), "relative error")}
+    def column(field, shapes=shapes, kernels=kernels):
+        values = [row(shape, t, kernel).get(field) for shape in shapes for t in tokens for kernel in kernels]
+        return (["shape", "tokens", "kernel"], [shapes, tokens, kernels], [getattr(v, "value", v) for v in values])
+    columns = {f"{bench}.track_speedup_vs_fp16": (*column("speedup"), "x"),
+               f"{bench}.track_seconds": (*column("seconds"), "seconds"),
+               f"{bench}.track_relative_error": (*column("error"), "relative error")}
+    paired = [(shape, kernel) for shape, t, kernel in grid if "slowdown_vs_tier_lower" in row(shape, t, kernel)]
+    if paired:  # its own grid: a claim folds every combination of its benchmark's
+        columns[TIER_LOWER_BENCH] = (*column(
+            "slowdown_vs_tier_lower", sorted({shape for shape, _ in paired}), sorted({k for _, k in paired})), "x")
+    return columns
 
 
 def _launch_sites(sizes: dict, e8_sizes: dict) -> list[tuple[str, object]]:

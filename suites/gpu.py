@@ -81,12 +81,13 @@ class SsaDecode:
 
 
 class _MatmulRows:
-    """Per (shape, tokens, kernel) of device.matmul_rows: speedup vs fp16, seconds, relative error."""
+    """Rows of a device.matmul_rows result by (shape, tokens, kernel). Each measuring class has a setup_cache
+    of its own line: asv keys setup_cache by module and line, and one key's result serves every class."""
     param_names = ["shape", "tokens", "kernel"]
     timeout = 1800
     measure = sizes = None
 
-    def setup_cache(self):
+    def _measured(self):
         if not _cuda():
             return {}
         return type(self).measure("cuda", self.sizes)
@@ -100,6 +101,10 @@ class _MatmulRows:
             raise SkipNotImplemented(row.get("skipped") or f"{kernel} erred by {row['error']:.3g} (over "
                                      f"{device.MATMUL_MAX_ERROR}): no speed row")
         return row[field]
+
+
+class _MatmulTracks(_MatmulRows):
+    """Per (shape, tokens, kernel): speedup vs fp16, seconds, relative error."""
 
     @evidence.estimate
     def track_speedup_vs_fp16(self, r, shape, tokens, kernel):
@@ -116,13 +121,32 @@ class _MatmulRows:
     track_relative_error.unit = metrics.RELATIVE_ERROR.unit
 
 
-class Sparse24Matmul(_MatmulRows):
-    """2:4 vs dense matmuls at fp16, int8 and weight-only int4 (claimbench/device.py describes them)."""
+class Sparse24Matmul(_MatmulTracks):
+    """2:4 vs dense matmuls at fp16, fp8, int8 and weight-only int4 (claimbench/device.py describes them)."""
     params = (list(device.SPARSE24["shapes"]), device.SPARSE24["tokens"], device.SPARSE24_KERNELS)
     measure, sizes = staticmethod(device.sparse24_matmul), device.SPARSE24
 
+    def setup_cache(self):
+        return self._measured()
 
-class E8Matmul(_MatmulRows):
+
+class Sparse24VsTierLower(_MatmulRows):
+    """A 2:4 kernel's time over dense one precision tier lower (device.TIER_LOWER), per round, at the
+    paper's scale; the measurement is Sparse24Matmul's (the same setup_cache)."""
+    params = (list(device.TIER_LOWER_SHAPES), device.SPARSE24["tokens"], list(device.TIER_LOWER))
+    measure, sizes = staticmethod(device.sparse24_matmul), device.SPARSE24
+    setup_cache = Sparse24Matmul.setup_cache
+
+    @evidence.estimate
+    def track_slowdown(self, r, shape, tokens, kernel):
+        return self._row(r, shape, tokens, kernel, "slowdown_vs_tier_lower")
+    track_slowdown.unit = metrics.SPEEDUP.unit
+
+
+class E8Matmul(_MatmulTracks):
     """E8 codes decoded inside a Triton matmul vs fp16 cuBLAS (claimbench/device.py describes them)."""
     params = (list(device.E8["shapes"]), device.E8["tokens"], device.E8_KERNELS)
     measure, sizes = staticmethod(device.e8_matmul), device.E8
+
+    def setup_cache(self):
+        return self._measured()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from claimbench import device, environment, ingest, registry, store, verdicts
+from claimbench import device, environment, evidence, ingest, registry, store, verdicts
 from claimbench.impl import triton_support
 
 pytest.importorskip("triton")
@@ -200,3 +200,42 @@ def test_the_compile_check_exits_nonzero_and_says_why_when_a_kernel_fails(monkey
     assert "(gpu.E8Matmul toy x 1 tokens)" in table and "CompilationError: boom" in table and "2 failed" in table
     monkeypatch.setattr(device, "compile_check", lambda arch: [ok])
     assert device.main(["--compile-only"]) == 0 and "all 1 variants compiled and fit sm_90" in capsys.readouterr().out
+
+
+def test_a_gpu_runs_tier_lower_rows_decide_the_claim_speed_vs_tier_lower(tmp_path, monkeypatch):
+    """The rows a lent GPU would write (here made up: 2:4 fp16 1.3x as slow as fp8, one shape slower still)
+    go through the device run's writer, ingest and verdicts as the real ones will."""
+    from claimbench import asvfiles, intervals
+    monkeypatch.setattr(environment, "gpu_info", lambda: {"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "580",
+                                                          "cuda": "13.0"})
+    rounds = 15
+
+    def timed(seconds):
+        return {"seconds": intervals.median_of([seconds * (1 + 0.01 * (i % 3)) for i in range(rounds)]), "error": 0.01}
+    matmuls = {}
+    for shape, slower in (("llama8b-ffn-up", 1.3), ("llama8b-ffn-down", 1.6)):
+        for tokens in device.SPARSE24["tokens"]:
+            fp8 = [1e-4 * (1 + 0.01 * (i % 3)) for i in range(rounds)]
+            sparse = [t * slower for t in fp8]
+            matmuls[shape, tokens] = {"fp16": timed(2e-4), "fp8": timed(1e-4), "2:4-fp16": {
+                **timed(1.3e-4), "slowdown_vs_tier_lower": intervals.ratio_of_rounds(sparse, fp8)}}
+    machine_dir = tmp_path / "out" / "gpu-test"
+    commit = "ab" * 20
+    evidence_path = machine_dir / f"{commit[:8]}{evidence.SUFFIX}"
+    columns = device._matmul_columns("gpu.Sparse24Matmul", matmuls, device.SPARSE24_KERNELS, evidence_path, print)
+    assert columns[device.TIER_LOWER_BENCH][:2] == (["shape", "tokens", "kernel"], [
+        sorted(device.TIER_LOWER_SHAPES), device.SPARSE24["tokens"], ["2:4-fp16"]])  # the paired combinations only
+    assert device.TIER_LOWER_BENCH not in device._matmul_columns(
+        "gpu.E8Matmul", {("toy", 1): {"fp16": timed(1e-4)}}, device.E8_KERNELS, tmp_path / "e8.jsonl", print)
+    asvfiles.write_run(tmp_path / "out", "gpu-test", commit, 1_700_000_000_000, columns, env_name="device-py3.12",
+                       machine_info=device._machine_info("gpu-test"), python="3.12.3")
+    environment.write_sidecar(machine_dir)
+    environment.write_run_record(machine_dir, commit, "full", {"gpu": {}})
+    db = tmp_path / "s.duckdb"
+    assert ingest.ingest([tmp_path / "out"], db=db).ok
+    with store.connect(db) as con:
+        verdict = next(v for v in verdicts.compute(con, registry.load())
+                       if v.claim.key == "sparsity-24/speed-vs-tier-lower" and v.machine == "gpu-test")
+    assert verdict.verdict == verdicts.REPRODUCED and verdict.gate == "passed", verdict.reason
+    assert verdict.measured == pytest.approx(1.3) and verdict.low <= 1.3 <= verdict.high  # the lowest combination
+    assert len(verdict.detail) == 2 * len(device.SPARSE24["tokens"])  # the Llama-8B shapes at each token count

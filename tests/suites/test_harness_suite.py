@@ -37,6 +37,40 @@ def test_matmul_rows_on_the_cpu_time_every_kernel_the_device_allows():
     assert row["fp16"]["error"] == 0 and row["fp16"]["speedup"].value == 1.0 and row["refused"] == {"skipped": "needs CUDA"}
 
 
+def test_a_paired_kernel_gets_its_time_over_its_partners_per_round_at_the_paired_shapes_only():
+    import torch
+    weight = torch.ones(32, 64)
+
+    def kernels(rows, cols, generator, where):
+        return {"fp16": ((lambda x: x @ weight.T), weight),
+                "twice": ((lambda x: (x @ weight.T + x @ weight.T) / 2), weight)}
+    rows = device.matmul_rows("cpu", {"shapes": {"paired": (32, 64), "other": (32, 64)}, "tokens": [4], "rounds": 3},
+                              kernels, "toy", pairs={"twice": "fp16"}, pair_shapes=("paired",))
+    slowdown = rows["paired", 4]["twice"]["slowdown_vs_tier_lower"]
+    assert len(slowdown.samples) == 3 and slowdown.low <= slowdown.value <= slowdown.high
+    assert "slowdown_vs_tier_lower" not in rows["other", 4]["twice"] and "slowdown_vs_tier_lower" not in rows[
+        "paired", 4]["fp16"]
+
+
+def test_the_fp8_row_runs_on_the_cpu_within_the_error_bound():
+    rows = device.sparse24_matmul("cpu", {"shapes": {"toy": (64, 128)}, "tokens": [16], "rounds": 2},
+                                  progress=lambda line: None)["toy", 16]
+    assert rows["fp8"]["error"] < device.MATMUL_MAX_ERROR and "seconds" in rows["fp8"]  # activations' e4m3 rounding
+    assert rows["2:4-fp16"] == {"skipped": "needs CUDA"}
+    assert not any("slowdown_vs_tier_lower" in row for row in rows.values())
+
+
+def test_each_gpu_measurement_has_its_own_setup_cache_and_the_tier_lower_rows_share_the_2_4_one():
+    """asv keys setup_cache by module and line and hands one key's result to every class that has it."""
+    from asv_runner.benchmarks._base import get_setup_cache_key
+    keys = {cls: get_setup_cache_key(cls.setup_cache) for cls in (gpu.Sparse24Matmul, gpu.Sparse24VsTierLower,
+                                                                  gpu.E8Matmul, gpu.SsaDecode)}
+    assert keys[gpu.Sparse24Matmul] == keys[gpu.Sparse24VsTierLower]
+    assert len({keys[gpu.Sparse24Matmul], keys[gpu.E8Matmul], keys[gpu.SsaDecode]}) == 3
+    with pytest.raises(SkipNotImplemented, match="needs a CUDA GPU"):
+        gpu.Sparse24VsTierLower().track_slowdown({}, "llama8b-ffn-up", 16, "2:4-fp16")
+
+
 def test_planted_alert_outcomes_are_rates_with_intervals():
     out = harness.planted_outcomes("flat", 0.5, "higher", trials=12)
     assert out["recall"].value == 1.0 and out["recall"].n == 12 and out["false"].value == 0.0
