@@ -124,13 +124,15 @@ class Resources:
 def resources(kernel) -> Resources:
     """A CompiledKernel's resource use, read from its cubin with the cuobjdump Triton ships."""
     registers = local = None
-    tool = getattr(getattr(getattr(triton, "knobs", None), "nvidia", None), "cuobjdump", None)
-    if tool is not None and "cubin" in kernel.asm:
+    try:
+        tool = triton.knobs.nvidia.cuobjdump.path
         with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
             cubin.write(kernel.asm["cubin"])
             cubin.flush()
-            usage = subprocess.run([tool.path, "-res-usage", cubin.name], capture_output=True, text=True).stdout
-        found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
-        if found:
-            registers, local = int(found[1]), int(found[2]) + int(found[3])
+            usage = subprocess.run([tool, "-res-usage", cubin.name], capture_output=True, text=True).stdout
+    except (AttributeError, KeyError, OSError, RuntimeError):  # no cuobjdump or no cubin: resources unknown
+        usage = ""
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", usage)
+    if found:
+        registers, local = int(found[1]), int(found[2]) + int(found[3])
     return Resources(kernel.metadata.name, kernel.metadata.num_warps, kernel.metadata.shared, registers, local)
