@@ -97,9 +97,11 @@ def _selected(n: int) -> int:
     return max(n // SPARSITY, 16)
 
 
+DECODE_DTYPE, MATMUL_DTYPE = "bfloat16", "float16"  # the inputs' dtypes on a GPU: the SSA step's, the matmuls'
+
+
 def _input_dtype(device: str, on_gpu: str):
-    """The inputs' dtype: on_gpu ("bfloat16" for the decode step, "float16" for the matmuls) on a GPU,
-    fp32 on the CPU (the dry run)."""
+    """The inputs' dtype: on_gpu (DECODE_DTYPE or MATMUL_DTYPE) on a GPU, fp32 on the CPU (the dry run)."""
     import torch
     return getattr(torch, on_gpu) if device == "cuda" else torch.float32
 
@@ -202,7 +204,7 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     from claimbench.impl.ssa import PQBuckets, ssa_select_pq
     from claimbench.impl.ssa_select_triton import ssa_select_pq_triton
     from claimbench.llm.sparse import PQProxy, weighted_attention
-    dtype = _input_dtype(device, "bfloat16")
+    dtype = _input_dtype(device, DECODE_DTYPE)
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
     proxy = PQProxy(bits=sizes["pq_bits"])  # sub-vectors x bits per head
@@ -292,10 +294,11 @@ def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str,
             out[name] = (None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
 
     def fp8_dense():  # e4m3 weights scaled per tensor, activations by a fixed scale; torch's default accumulation
-        w_scale = weight.abs().max() / FP8_MAX
+        fp8_max = torch.finfo(torch.float8_e4m3fn).max
+        w_scale = weight.abs().max() / fp8_max
         w8 = (weight / w_scale).to(torch.float8_e4m3fn)  # (out, in) row-major: w8.T is column-major, as cuBLASLt takes
-        a_scale = torch.tensor(_ACT_SCALE_FP8, device=device)
-        return (lambda x: torch._scaled_mm((x / a_scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn), w8.T,
+        a_scale = torch.tensor(4 / fp8_max, device=device)  # as _ACT_SCALE: 4 sigma at e4m3's largest value
+        return (lambda x: torch._scaled_mm((x / a_scale).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn), w8.T,
                                            scale_a=a_scale, scale_b=w_scale, out_dtype=torch.float16)), \
             w8.float() * w_scale
 
@@ -352,8 +355,6 @@ def _sparse24_kernels(rows: int, cols: int, generator, device: str) -> dict[str,
 
 
 _ACT_SCALE = 4 / 127  # activations are N(0, 1) here: int8 codes of x / (4 / 127), 4 sigma at full range
-FP8_MAX = 448.0  # e4m3's largest finite value
-_ACT_SCALE_FP8 = 4 / FP8_MAX  # the same for e4m3: 4 sigma at its largest value
 
 
 def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple[object, object]]:
@@ -363,7 +364,7 @@ def _e8_kernels(rows: int, cols: int, generator, device: str) -> dict[str, tuple
     import torch.nn.functional as F
 
     from claimbench.impl import e8_matmul_triton as kernel
-    dtype = _input_dtype(device, "float16")
+    dtype = _input_dtype(device, MATMUL_DTYPE)
     codes = torch.randint(0, 2 ** 16, (rows, cols // 8), generator=generator, device=device)
     packed = kernel.pack(codes)
     scales = torch.full((rows, cols // E8_GROUP), cols ** -0.5, device=device).to(dtype)
@@ -484,22 +485,21 @@ def _launch_sites(sizes: dict, e8_sizes: dict) -> list[tuple[str, object]]:
     proxy = PQProxy(bits=sizes["pq_bits"])
     per_book = 2 ** proxy.bits
 
-    decode, matmul = _input_dtype("cuda", "bfloat16"), _input_dtype("cuda", "float16")
+    decode, matmul = _input_dtype("cuda", DECODE_DTYPE), _input_dtype("cuda", MATMUL_DTYPE)
 
     def ssa_step(n):
         def call():
             q = torch.empty(1, H, 1, d, dtype=decode)
             kv = torch.empty(1, hkv, n, d, dtype=decode)
-            buckets = PQBuckets(torch.empty(hkv * proxy.subvectors, per_book, d // proxy.subvectors),
-                                torch.empty(hkv, n, dtype=torch.int64),
-                                torch.empty(hkv, per_book ** proxy.subvectors + 1, dtype=torch.int64))
+            buckets = PQBuckets.build(torch.zeros(hkv * proxy.subvectors, per_book, d // proxy.subvectors),
+                                      torch.zeros(hkv * proxy.subvectors, n, dtype=torch.int64), proxy.subvectors)
             sparse_decode_attention(q, kv, kv, *ssa_select_pq_triton(buckets, q, _selected(n)))
         return call
 
     def e8(rows, cols, tokens):
         def call():
             e8_matmul_triton.e8_matmul(torch.empty(tokens, cols, dtype=matmul),
-                                       torch.empty(rows, cols // 8, dtype=torch.int16),
+                                       e8_matmul_triton.pack(torch.zeros(rows, cols // 8, dtype=torch.int64)),
                                        torch.empty(rows, cols // E8_GROUP, dtype=matmul),
                                        torch.empty(2 ** 16, 8, dtype=matmul), E8_GROUP)
         return call

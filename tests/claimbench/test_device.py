@@ -202,7 +202,7 @@ def test_the_compile_check_exits_nonzero_and_says_why_when_a_kernel_fails(monkey
     assert device.main(["--compile-only"]) == 0 and "all 1 variants compiled and fit sm_90" in capsys.readouterr().out
 
 
-def test_a_gpu_runs_tier_lower_rows_decide_the_claim_speed_vs_tier_lower(tmp_path, monkeypatch):
+def test_the_tier_lower_rows_a_gpu_run_writes_decide_the_claim_speed_vs_tier_lower(tmp_path, monkeypatch):
     """The rows a lent GPU would write (here made up: 2:4 fp16 1.3x as slow as fp8, one shape slower still)
     go through the device run's writer, ingest and verdicts as the real ones will."""
     from claimbench import asvfiles, intervals
