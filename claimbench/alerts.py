@@ -37,7 +37,9 @@ that both timed the machine-speed probes (claimbench.machinespeed) says whether 
 too: as much as the series (MACHINE_SLOWER: its most slowed probe's time ratio, significant by a
 rank-sum test over the probes' rounds, times 1 + the threshold reaches the series' own), less, or
 not measurably. It stays open either way: the probes show the machine at each run's two ends, and
-a slower machine does not make slower code impossible.
+a slower machine does not make slower code impossible. Where the series' class also timed the memory
+probe in its own rounds (a `track_memory_bandwidth` at the same params, in both runs), the alert gives
+that bandwidth in both: a memory-bound side moves with it, a ratio against such a side too.
 
 A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
@@ -71,6 +73,7 @@ SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one poin
 CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOT_THE_CODE = "not the code"  # the status of a step a recheck traced to the machine ([...alerts.rechecked])
+BANDWIDTH_BENCHMARK = "track_memory_bandwidth"  # a class's copy bandwidth in its own rounds (machinespeed.memory_copy)
 NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
 # estimates whose value is a median or a share of their samples. Not a paired bootstrap's: its items
@@ -220,18 +223,20 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
     and one whose two runs kept their samples carries its rank-sum test (module docstring)."""
     rows = con.execute(
         """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
-                  r.inputs, x.samples, json_extract_string(x.interval, '$.method'), x.unit, r.machine_speed
+                  r.inputs, x.samples, json_extract_string(x.interval, '$.method'), x.unit, r.machine_speed, r.run_id
            FROM results x JOIN runs r USING (run_id)
            WHERE x.value IS NOT NULL AND x.direction IN ('higher', 'lower')
            ORDER BY x.benchmark, x.params, r.machine, r.commit_date NULLS FIRST, r.ingested_at""").fetchall()
     series: dict[tuple, list] = {}
-    for bench, params, machine, direction, commit, date, value, mode, recorded, samples, method, unit, speed in rows:
+    for (bench, params, machine, direction, commit, date, value, mode, recorded, samples, method, unit, speed,
+         run) in rows:
         suite = inputs.suite_of(bench)
         fingerprint = inputs.key(json.loads(recorded or "{}").get(suite))
         testable = samples if method and method.startswith(RANK_TESTED) else None
         probes = json.loads(speed).get(suite) if speed and metrics.wall_clock(bench, unit) else None
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
-            (commit, date, value, testable, probes))
+            (commit, date, value, testable, probes, run))
+    bandwidths = _bandwidths(con)
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():
         threshold = thresholds.for_benchmark(bench)
@@ -241,6 +246,7 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
             reference = _reference_point(values, before, v_before)
             noise, noise_note = _rank_test(points[reference][3], points[-1][3], direction)
             machine_note = _machine_note(points[reference][4], points[-1][4], v_before, v_after, direction, threshold)
+            machine_note += _bandwidth_note(bandwidths, bench, params, points[reference][5], points[-1][5])
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
                                 f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)"
@@ -263,6 +269,25 @@ def _machine_note(older: dict | None, newer: dict | None, v_before: float, v_aft
     if slowed.ratio * (1 + threshold) >= step:
         return f"; {MACHINE_SLOWER}: {slowed.describe()}; {series}"
     return f"; the machine slowed less than this: {slowed.describe()}; {series}"
+
+
+def _bandwidths(con) -> dict[tuple[str, str, str], float]:
+    """(benchmark class, params, run) -> the copy bandwidth timed in that class's own rounds
+    (BANDWIDTH_BENCHMARK, where a suite measures it)."""
+    rows = con.execute("SELECT x.benchmark, x.params, x.run_id, x.value FROM results x "
+                       "WHERE x.benchmark LIKE ? AND x.value IS NOT NULL", [f"%.{BANDWIDTH_BENCHMARK}"]).fetchall()
+    return {(bench.rsplit(".", 1)[0], params, run): value for bench, params, run, value in rows}
+
+
+def _bandwidth_note(bandwidths: dict, benchmark: str, params: str, older_run, newer_run) -> str:
+    """The machine's memory bandwidth in both runs' own rounds, where the benchmark's class timed it in
+    both; else ''."""
+    owner = benchmark.rsplit(".", 1)[0]
+    older, newer = bandwidths.get((owner, params, older_run)), bandwidths.get((owner, params, newer_run))
+    if not older or not newer:
+        return ""
+    return (f"; the machine's memory bandwidth in the same rounds went from {older:.3g} to {newer:.3g} GB/s "
+            f"({newer / older:.2f}x)")
 
 
 def _reference_point(values: list[float], before: int, v_before: float) -> int:

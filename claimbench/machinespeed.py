@@ -15,11 +15,18 @@ stores); `vector`, numpy's SIMD exp over 4 MiB; `memory`, copies of a 64 MiB arr
 CPU time of the probing thread (time.thread_time), not wall time, so other processes competing for
 the cores do not count (a slower host does: a guest sees it as slower CPU time). They bound what a
 CPU-bound benchmark can lose to the machine; they say nothing of a disk or a network.
+
+The memory probe also runs inside a suite's own rounds (`memory_copy`, one more entry in
+measure.interleaved) where a side is bound by memory bandwidth: on ref-2core-epyc its copies moved
+22 GB/s in some states and 33 GB/s in others (the probes at a run's two ends, 24.7 ms and 16.0 ms), and
+faiss IVF-Flat, which scans at nearly that rate, moved with it while Lychee, which reads short codes,
+moved less. `bandwidth` turns its rounds into GB/s.
 """
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +38,7 @@ ROUNDS = 40
 SLOWER_P = 0.05  # a probe counts as slower when the rank-sum test over both runs' rounds gives p below this
 UNIT = "CPU seconds per round"
 _VECTOR_FLOATS, _VECTOR_REPEATS = 1 << 20, 60
-_MEMORY_BYTES, _MEMORY_REPEATS = 64 << 20, 4
+_MEMORY_BYTES, _MEMORY_REPEATS = 64 << 20, 4  # over the 32 MiB last-level cache of the reference VMs
 
 
 def _python() -> int:
@@ -42,15 +49,29 @@ def _python() -> int:
     return total
 
 
+def memory_copy() -> Callable[[], None]:
+    """The memory probe: copies of a 64 MiB array (its two arrays allocated here, once)."""
+    source = np.ones(_MEMORY_BYTES // 4, dtype=np.float32)
+    target = np.empty_like(source)
+
+    def copy() -> None:
+        for _ in range(_MEMORY_REPEATS):
+            np.copyto(target, source)
+    return copy
+
+
+def bandwidth(seconds: float) -> float:
+    """GB/s moved (read and written, STREAM's convention) by one memory_copy call that took `seconds`."""
+    return 2 * _MEMORY_BYTES * _MEMORY_REPEATS / seconds / 1e9
+
+
 def measure(rounds: int = ROUNDS) -> dict[str, list[float]]:
     """CPU seconds per round of each probe; the probes alternate within every round."""
     values = np.random.default_rng(0).standard_normal(_VECTOR_FLOATS).astype(np.float32)
     exps = np.empty_like(values)
-    source = np.ones(_MEMORY_BYTES // 4, dtype=np.float32)
-    target = np.empty_like(source)
     probes = {"python": _python,
               "vector": lambda: [np.exp(values, out=exps) for _ in range(_VECTOR_REPEATS)],
-              "memory": lambda: [np.copyto(target, source) for _ in range(_MEMORY_REPEATS)]}
+              "memory": memory_copy()}
     return interleaved(probes, rounds, warmup=1, clock=time.thread_time)  # the warm-up call: page faults
 
 

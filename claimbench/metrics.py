@@ -78,6 +78,11 @@ DECODE_STEPS = Metric("decode steps", "lower", "a pass's cost in plain decode st
 TRAINING_LOSS = Metric("training loss", "lower", "the training objective at the end of training")
 COMPUTED_SHARE = Metric("share of token rows", "lower", "token rows a prefill computes over the layers / full prefill's")
 LAYER = Metric("layer", "none", "a model layer, 0-based (a knob chosen by a probe: context)")
+MEMORY_BANDWIDTH = Metric("GB/s", "none", "memory bandwidth: GB read and written per second by the machine-speed "
+                          "probe's copies, timed in the same rounds (the machine's state: context)")
+BANDWIDTH_SHARE = Metric("share of bandwidth", "none",
+                         "bytes a method scans per second / bytes per second a copy moves in the same rounds "
+                         "(about 1 or more: as fast as memory moves data, memory-bound)")
 NEEDLE_RANK = Metric("rank share", "lower", "the needle's rank among the prompt's tokens by a selection score / prompt length")
 
 REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL, READ_FRACTION,
@@ -91,6 +96,7 @@ REGISTRY = {m.unit: m for m in (SECONDS, BYTES, QPS, SPEEDUP, RECALL, IDENTICAL,
                                 RUN_SHARE, RANK_CORRELATION, HARMFUL_ADOPTIONS, CAUGHT, FALSE_REJECTS,
                                 LOSS_DEVIATION, COMPUTED_SHARE, BITS_PER_WEIGHT, PERPLEXITY_RATIO,
                                 GETS_PER_QUERY, BYTES_PER_QUERY, ACCEPTANCE_LENGTH, LAYER, NEEDLE_RANK,
+                                MEMORY_BANDWIDTH, BANDWIDTH_SHARE,
                                 DECODE_STEPS, TRAINING_LOSS)}
 
 

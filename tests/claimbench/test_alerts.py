@@ -120,6 +120,20 @@ def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_rea
     assert [a.benchmark for a in flips] == ["p/speed"] and "reproduced at" in flips[0].detail
 
 
+def test_a_step_says_the_memory_bandwidth_its_class_timed_in_both_runs(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    speeds, bandwidths = [3.0] * 8 + [2.0], [22.0] * 8 + [33.0]
+    for i, (speed, gbps) in enumerate(zip(speeds, bandwidths)):
+        asvfiles.write_run(results, "box", f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000,
+                           {"s.Claim.track_speedup": (["dataset"], [["d"]], [speed], "x"),
+                            "s.Claim.track_memory_bandwidth": (["dataset"], [["d"]], [gbps], "GB/s")})
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db, read_only=True) as con:
+        found = alerts.regressions(con, alerts.Thresholds())
+    assert [a.benchmark for a in found] == ["s.Claim.track_speedup"]  # the bandwidth itself is context
+    assert "memory bandwidth in the same rounds went from 22 to 33 GB/s (1.50x)" in found[0].detail
+
+
 def test_cli_alerts_quiet_on_flat_history(tmp_path, capsys):
     db, papers = planted(tmp_path, series([3.0] * 12, 0.02), [1.0] * 12)
     assert cli.main(["alerts", "--db", str(db), "--papers", str(papers), "--fail-on", "any"]) == 0

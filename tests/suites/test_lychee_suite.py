@@ -29,6 +29,8 @@ def test_compare_reports_quality_beside_speed(tiny):
     assert point["recall"] == point["recall_lychee"]
     assert point["qps_ivf"] > 0 and point["qps_lychee"] > 0 and point["speedup"] > 0
     assert 0 < point["read_fraction"] <= 1
+    assert point["memory_bandwidth_estimate"].value > 0 and point["memory_bandwidth_estimate"].n == 2
+    assert point["ivf_bandwidth_share"].value > 0  # IVF-Flat's scan rate over the copy rate of its rounds
 
 
 def test_ceiling_times_the_exact_pass_over_the_survivors_and_the_bound_pass(tiny):
