@@ -109,7 +109,23 @@ def smallest_nprobe(ds, ivf: IVFFlat, target: float) -> int:
     return ivf.nlist
 
 
-class Sweep(common.ComputedOnce):
+class _MemoryContext:
+    """The memory bandwidth in a point's own rounds, for the classes whose points come from compare()."""
+
+    @evidence.estimate
+    def track_memory_bandwidth(self, r, dataset, point):
+        """The machine's copy bandwidth in the point's own rounds: IVF-Flat's scan moves with it."""
+        return r[dataset, point]["memory_bandwidth_estimate"]
+    track_memory_bandwidth.unit = metrics.MEMORY_BANDWIDTH.unit
+
+    @evidence.estimate
+    def track_ivf_bandwidth_share(self, r, dataset, point):
+        """IVF-Flat's bytes of probed lists scanned per second / that copy bandwidth (about 1 or more: memory-bound)."""
+        return r[dataset, point]["ivf_bandwidth_share"]
+    track_ivf_bandwidth_share.unit = metrics.BANDWIDTH_SHARE.unit
+
+
+class Sweep(_MemoryContext, common.ComputedOnce):
     params = (DATASETS, NPROBES)
     param_names = ["dataset", "nprobe"]
     timeout = 3600
@@ -142,16 +158,6 @@ class Sweep(common.ComputedOnce):
     def track_identical_rate(self, r, dataset, nprobe):
         return r[dataset, nprobe]["identical"]
     track_identical_rate.unit = metrics.IDENTICAL.unit
-
-    @evidence.estimate
-    def track_memory_bandwidth(self, r, dataset, nprobe):
-        return r[dataset, nprobe]["memory_bandwidth_estimate"]
-    track_memory_bandwidth.unit = metrics.MEMORY_BANDWIDTH.unit
-
-    @evidence.estimate
-    def track_ivf_bandwidth_share(self, r, dataset, nprobe):
-        return r[dataset, nprobe]["ivf_bandwidth_share"]
-    track_ivf_bandwidth_share.unit = metrics.BANDWIDTH_SHARE.unit
 
 
 def ceiling(ds, ivf: IVFFlat, lychee: Lychee, paper_bound: Lychee) -> dict:
@@ -208,7 +214,7 @@ def claim_points(name: str) -> dict:
     return points
 
 
-class ClaimSpeedup(common.ComputedOnce):
+class ClaimSpeedup(_MemoryContext, common.ComputedOnce):
     params = (DATASETS, TARGETS)
     param_names = ["dataset", "target_recall"]
     timeout = 4 * 3600  # setup_cache measures every dataset: all six at full size take over an hour here
@@ -292,15 +298,3 @@ class ClaimSpeedup(common.ComputedOnce):
     def track_qps_ivf_flat(self, r, dataset, target_recall):
         return r[dataset, target_recall]["qps_ivf"]
     track_qps_ivf_flat.unit = metrics.QPS.unit
-
-    @evidence.estimate
-    def track_memory_bandwidth(self, r, dataset, target_recall):
-        """The machine's copy bandwidth in the speedup's own rounds: IVF-Flat's scan moves with it."""
-        return r[dataset, target_recall]["memory_bandwidth_estimate"]
-    track_memory_bandwidth.unit = metrics.MEMORY_BANDWIDTH.unit
-
-    @evidence.estimate
-    def track_ivf_bandwidth_share(self, r, dataset, target_recall):
-        """IVF-Flat's bytes of probed lists scanned per second / that copy bandwidth (about 1 or more: memory-bound)."""
-        return r[dataset, target_recall]["ivf_bandwidth_share"]
-    track_ivf_bandwidth_share.unit = metrics.BANDWIDTH_SHARE.unit
