@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -70,3 +70,12 @@ def token_halves(tokenizer, source: str = "licenses") -> tuple[list[int], list[i
     """(calibration, held-out): the first and the second half of one source's tokens, as prose."""
     ids = tokenizer.encode(prose(source)).ids
     return ids[:len(ids) // 2], ids[len(ids) // 2:]
+
+
+def spread_spans(ids: Sequence[int], span: int, count: int) -> list[int]:
+    """`count` spans of `span` tokens at even strides over ids, concatenated: a sample of a whole
+    source (its documents are shipped in name order) rather than its first documents."""
+    stride = len(ids) // max(count, 1)
+    if stride < span:
+        raise ValueError(f"{count} spans of {span} tokens do not fit apart in {len(ids)} tokens")
+    return [token for start in range(0, count * stride, stride) for token in ids[start:start + span]]

@@ -5,10 +5,11 @@ Every linear layer of the 30 blocks is stored in each format of the grid: fp16; 
 by RTN and by GPTQ; 2:4 by magnitude (fp16 values, and + INT8), Wanda and SparseGPT (fp16 values,
 + INT8, + INT6, + INT4: RTN after Wanda, joint quantization in SparseGPT's loop); scales fp16 per
 group of 64. Calibration: the first 8,192 tokens of the license texts' first half, as 16 rows of
-512, block by block. Quality: perplexity on the held-out second half (48 spans of 448 scored
-tokens after a 64-token prefix, 24,624 of its 26,096 tokens: three times the 16 spans that left the
-INT4-vs-INT3 claim's interval 0.25 wide; a paired bootstrap over spans for every change) and accuracy on two
-short tasks dense SmolLM2 solves (the completion-style needle task and single-needle retrieval at
+512, block by block. Quality: perplexity on held-out text of two sources, spans of 448 scored tokens
+after a 64-token prefix: 48 of the license texts' second half (24,624 of its 26,096 tokens) and 96 spread
+evenly over the standard library's docstrings, a source calibration never sees (48 license spans alone left
+the INT4-vs-INT3 claim's interval [0.98, 1.13] across neutral); a paired bootstrap over the 144 spans for
+every change. And accuracy on two short tasks dense SmolLM2 solves (the completion-style needle task and single-needle retrieval at
 600 tokens, 12 samples each, pooled: a Wilson interval, paired changes). Pairs at equal bits: each
 2:4 + INTb beside the dense INT(b/2 + 1) quantized the same way (RTN for magnitude and Wanda, GPTQ
 for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
@@ -18,7 +19,7 @@ interleaved with fp32 in one process.
 The claim rows: the perplexity ratio of 2:4 + INT8 over INT5 (and of 2:4 + INT4 over INT3), the
 lowest over the pruners (the best 2:4 recipe decides), gated on the two formats' bits per weight
 matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048
-calibration tokens, 10 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
+calibration tokens, 10 + 4 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
 """
 import logging
 import time
@@ -43,7 +44,8 @@ GRID = ({"fp16": [FP16], "rtn": [5], "wanda-2:4": [8]} if QUICK else
         {"fp16": [FP16], "rtn": [8, 6, 5, 4, 3], "gptq": [8, 6, 5, 4, 3], "magnitude-2:4": [FP16, 8],
          "wanda-2:4": [FP16, 8, 6, 4], "sparsegpt-2:4": [FP16, 8, 6, 4]})
 CALIBRATION_TOKENS, CALIBRATION_ROW = (2048, 512) if QUICK else (8192, 512)
-PREFIX, SCORED, SPANS = (64, 128, 10) if QUICK else (64, 448, 48)
+PREFIX, SCORED = (64, 128) if QUICK else (64, 448)
+HELD_OUT = {"licenses": 10, "python-stdlib": 4} if QUICK else {"licenses": 48, "python-stdlib": 96}  # spans per source
 TASKS = {longcontext.COMPLETION: 5, "niah-single": 5} if QUICK else {longcontext.COMPLETION: 12, "niah-single": 12}
 TASK_LENGTH, NEW_TOKENS = (400, 10) if QUICK else (600, 10)
 TOKENS = ["1"] if QUICK else ["1", "256"]
@@ -72,6 +74,21 @@ def format_name(bits_per_weight: str, family: str) -> str:
     raise SkipNotImplemented(f"{family} has no format of {bits_per_weight} bits per weight in this grid")
 
 
+def held_out_text(tok) -> list[int]:
+    """HELD_OUT's spans, source after source: the license texts' second half from its start (their
+    first half calibrates), the other sources spread evenly over all their tokens."""
+    span = PREFIX + SCORED + 1
+    ids = []
+    for source, count in HELD_OUT.items():
+        if source == "licenses":
+            _, held_out = text.token_halves(tok)
+            ids += held_out[:count * span]
+        else:
+            ids += text.spread_spans(tok.encode(text.prose(source)).ids, span, count)
+    assert len(ids) == sum(HELD_OUT.values()) * span, "the license texts' second half is too short for HELD_OUT"
+    return ids
+
+
 def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], progress=log.info) -> dict:
     """Per format: bits per weight, per-span NLL, pooled task outcomes, compression time."""
     out = {"bits": {}, "nll": {}, "accuracy": {}, "compress_s": {}}
@@ -83,7 +100,7 @@ def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], pro
             share = min(sparsity24.two_of_four_share(w) for w in weights.values())
             assert share == 1.0, f"{name}: {1 - share:.2%} of some matrix's groups of 4 hold more than 2 non-zeros"
         out["nll"][name], out["accuracy"][name] = evaluate.weights_quality(
-            model, tok, eos, weights, held_out, (PREFIX, SCORED, SPANS), TASKS, TASK_LENGTH, NEW_TOKENS)
+            model, tok, eos, weights, held_out, (PREFIX, SCORED, sum(HELD_OUT.values())), TASKS, TASK_LENGTH, NEW_TOKENS)
         out["bits"][name] = fmt.bits_per_weight()
         ppl = evaluate.perplexity(out["nll"][name]).value
         progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "
@@ -122,13 +139,13 @@ def accuracy_change(accuracy: dict, name: str, reference: str) -> intervals.Esti
 
 class _Measured(common.ComputedOnce):
     """The one setup_cache of Formats, EqualBits and CpuMatmul (asv keys it by module and line)."""
-    timeout = 2 * 3600  # full mode: 21 formats, about 60 minutes on 2 cores (48 spans each)
+    timeout = 3 * 3600  # full mode: 21 formats, about 90 minutes on 2 cores (144 spans each)
 
     def setup_cache(self):
         model, tok, eos = common.smollm2()
-        calibration, held_out = text.token_halves(tok)
+        calibration, _ = text.token_halves(tok)
         rows = torch.tensor(calibration[:CALIBRATION_TOKENS]).reshape(-1, CALIBRATION_ROW)
-        out = quality(model, tok, eos, rows, held_out)
+        out = quality(model, tok, eos, rows, held_out_text(tok))
         out["timing"] = timing(model)
         return out
 

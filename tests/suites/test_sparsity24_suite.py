@@ -19,7 +19,7 @@ def result():
     patch = pytest.MonkeyPatch()
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
-             "SCORED": 32, "SPANS": 3, "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
+             "SCORED": 32, "HELD_OUT": {"licenses": 2, "python-stdlib": 1}, "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
              "ROUNDS": 2, "CALLS_PER_ROUND": 1}
     for name, value in knobs.items():
         patch.setattr(suite, name, value)
@@ -58,9 +58,21 @@ def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
     assert ratio.value > 1 and ratio.n == 3
 
 
-def test_the_run_modes_spans_and_calibration_fit_the_pinned_license_texts():
+def test_the_run_modes_spans_and_calibration_fit_the_pinned_corpus():
     """segment_nll would refuse too few held-out tokens only after the first format's compression."""
     _, tokenizer = smollm_stub.stand_in()
-    calibration, held_out = suite.text.token_halves(tokenizer)
-    assert suite.SPANS * (suite.PREFIX + suite.SCORED + 1) <= len(held_out)
-    assert suite.CALIBRATION_TOKENS <= len(calibration)
+    calibration, licenses = suite.text.token_halves(tokenizer)
+    span = suite.PREFIX + suite.SCORED + 1
+    held_out = suite.held_out_text(tokenizer)
+    assert len(held_out) == sum(suite.HELD_OUT.values()) * span
+    assert held_out[:span] == licenses[:span] and suite.CALIBRATION_TOKENS <= len(calibration)
+    stdlib = tokenizer.encode(suite.text.prose("python-stdlib")).ids
+    count = suite.HELD_OUT["python-stdlib"]
+    assert held_out[-count * span:] == suite.text.spread_spans(stdlib, span, count)
+
+
+def test_spread_spans_sample_a_whole_source_and_refuse_overlap():
+    ids = list(range(100))
+    assert suite.text.spread_spans(ids, 3, 4) == [0, 1, 2, 25, 26, 27, 50, 51, 52, 75, 76, 77]
+    with pytest.raises(ValueError, match="do not fit"):
+        suite.text.spread_spans(ids, 30, 4)
