@@ -6,11 +6,12 @@ by RTN and by GPTQ; 2:4 by magnitude (fp16 values, and + INT8), Wanda and Sparse
 + INT8, + INT6, + INT4: RTN after Wanda, joint quantization in SparseGPT's loop); scales fp16 per
 group of 64. Calibration: the first 8,192 tokens of the license texts' first half, as 16 rows of
 512, block by block. Quality: perplexity on held-out text of two sources, spans of 448 scored tokens
-after a 64-token prefix: 48 of the license texts' second half (24,624 of its 26,096 tokens) and 96 spread
-evenly over the standard library's docstrings, a source calibration never sees (48 license spans alone left
-the INT4-vs-INT3 claim's interval [0.98, 1.13] across neutral); a paired bootstrap over the 144 spans for
-every change. And accuracy on two short tasks dense SmolLM2 solves (the completion-style needle task and single-needle retrieval at
-600 tokens, 12 samples each, pooled: a Wilson interval, paired changes). Pairs at equal bits: each
+after a 64-token prefix: 48 of the license texts' second half (24,624 of its 26,096 tokens) and 96
+spread evenly over the standard library's docstrings, a source calibration never sees (48 license
+spans alone left the INT4-vs-INT3 claim's interval [0.98, 1.13] across neutral); a paired bootstrap
+over the 144 spans for every change. And accuracy on two short tasks dense SmolLM2 solves (the
+completion-style needle task and single-needle retrieval at 600 tokens, 12 samples each, pooled: a
+Wilson interval, paired changes). Pairs at equal bits: each
 2:4 + INTb beside the dense INT(b/2 + 1) quantized the same way (RTN for magnitude and Wanda, GPTQ
 for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
 semi-structured sparsity): one block's seven linears through each kernel PyTorch has here
@@ -99,8 +100,9 @@ def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], pro
         if isinstance(fmt, sparsity24.SemiStructured24):
             share = min(sparsity24.two_of_four_share(w) for w in weights.values())
             assert share == 1.0, f"{name}: {1 - share:.2%} of some matrix's groups of 4 hold more than 2 non-zeros"
+        spans = (PREFIX, SCORED, sum(HELD_OUT.values()))
         out["nll"][name], out["accuracy"][name] = evaluate.weights_quality(
-            model, tok, eos, weights, held_out, (PREFIX, SCORED, sum(HELD_OUT.values())), TASKS, TASK_LENGTH, NEW_TOKENS)
+            model, tok, eos, weights, held_out, spans, TASKS, TASK_LENGTH, NEW_TOKENS)
         out["bits"][name] = fmt.bits_per_weight()
         ppl = evaluate.perplexity(out["nll"][name]).value
         progress(f"sparsity24: {i + 1}/{len(FORMATS)} {name}: {fmt.bits_per_weight():g} bits per weight, perplexity "

@@ -19,7 +19,8 @@ def result():
     patch = pytest.MonkeyPatch()
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
-             "SCORED": 32, "HELD_OUT": {"licenses": 2, "python-stdlib": 1}, "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
+             "SCORED": 32, "HELD_OUT": {"licenses": 2, "python-stdlib": 1},
+             "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
              "ROUNDS": 2, "CALLS_PER_ROUND": 1}
     for name, value in knobs.items():
         patch.setattr(suite, name, value)
