@@ -11,9 +11,8 @@ spread evenly over the standard library's docstrings, a source calibration never
 spans alone left the INT4-vs-INT3 claim's interval [0.98, 1.13] across neutral); a paired bootstrap
 over the 144 spans for every change. And accuracy on two short tasks dense SmolLM2 solves (the
 completion-style needle task and single-needle retrieval at 600 tokens, 12 samples each, pooled: a
-Wilson interval, paired changes). Pairs at equal bits: each
-2:4 + INTb beside the dense INT(b/2 + 1) quantized the same way (RTN for magnitude and Wanda, GPTQ
-for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
+Wilson interval, paired changes). Pairs at equal bits: each 2:4 + INTb beside the dense INT(b/2 + 1)
+quantized the same way (RTN for magnitude and Wanda, GPTQ for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
 semi-structured sparsity): one block's seven linears through each kernel PyTorch has here
 (impl/sparsity24.cpu_matmuls says which are native and which emulated) at 1 and 256 tokens,
 interleaved with fp32 in one process.
