@@ -12,10 +12,10 @@ spans alone left the INT4-vs-INT3 claim's interval [0.98, 1.13] across neutral);
 over the 144 spans for every change. And accuracy on two short tasks dense SmolLM2 solves (the
 completion-style needle task and single-needle retrieval at 600 tokens, 12 samples each, pooled: a
 Wilson interval, paired changes). Pairs at equal bits: each 2:4 + INTb beside the dense INT(b/2 + 1)
-quantized the same way (RTN for magnitude and Wanda, GPTQ for SparseGPT). Speed on this CPU, as context only (the claim's speed side needs a GPU with
-semi-structured sparsity): one block's seven linears through each kernel PyTorch has here
-(impl/sparsity24.cpu_matmuls says which are native and which emulated) at 1 and 256 tokens,
-interleaved with fp32 in one process.
+quantized the same way (RTN for magnitude and Wanda, GPTQ for SparseGPT). Speed on this CPU, as
+context only (the claim's speed side needs a GPU with semi-structured sparsity): one block's seven
+linears through each kernel PyTorch has here (impl/sparsity24.cpu_matmuls says which are native and
+which emulated) at 1 and 256 tokens, interleaved with fp32 in one process.
 The claim rows: the perplexity ratio of 2:4 + INT8 over INT5 (and of 2:4 + INT4 over INT3), the
 lowest over the pruners (the best 2:4 recipe decides), gated on the two formats' bits per weight
 matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048
