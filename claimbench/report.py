@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .registry import REPO_ROOT, Registry
-from .verdicts import Verdict, across_machines, explain_label
+from .verdicts import Verdict, across_machines, bracketed, explain_label, explained
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -101,10 +101,9 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
                 lines += [f"Per parameter combination on {v.machine}:", ""]
                 explain = [explain_label(b) for b in claim.explain]
                 detail_rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
-                                "—" if d["value"] is None else f"{d['value']:.4g}" + (
-                                    f" [{d['low']:.4g}, {d['high']:.4g}]" if d.get("low") is not None else ""),
+                                "—" if d["value"] is None else bracketed(d["value"], d.get("low"), d.get("high")),
                                 d.get("gate_value", ""), {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
-                               + ["—" if d["explain"].get(e) is None else f"{d['explain'][e]:.4g}" for e in explain]
+                               + [explained(d, e, digits=4) or "—" for e in explain]
                                for d in v.detail]
                 lines += [_md_table(["params", claim.unit, "gate value", "gate", *explain], detail_rows), ""]
     path = out_dir / f"{paper.id}.md"

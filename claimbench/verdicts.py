@@ -85,9 +85,14 @@ class Verdict:
         if self.measured is None:
             return ""
         unit = "x" if self.claim.unit == "x" else f" {self.claim.unit}"
-        if self.low is None:
-            return f"{self.measured:.3g}{unit}"
-        return f"{self.measured:.3g}{unit} [{self.low:.3g}, {self.high:.3g}]"
+        return bracketed(self.measured, self.low, self.high, digits=3, unit=unit)
+
+
+def bracketed(value: float, low: float | None = None, high: float | None = None, digits: int = 4,
+              unit: str = "") -> str:
+    """'7.6x [6.5, 8.4]': a value with its 95% interval, or alone where none was recorded."""
+    shown = f"{value:.{digits}g}{unit}"
+    return shown if low is None else f"{shown} [{low:.{digits}g}, {high:.{digits}g}]"
 
 
 def reach(claim: Claim) -> float | None:
@@ -137,7 +142,8 @@ def classify(claim: Claim, value: float, low: float | None, high: float | None, 
 def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: dict[str, float | None] | None = None,
           caps: set[str] | frozenset = frozenset(), machine: str | None = None,
           explain_values: dict[str, dict[str, float | None]] | None = None,
-          intervals: dict[str, dict] | None = None) -> Verdict:
+          intervals: dict[str, dict] | None = None,
+          explain_intervals: dict[str, dict[str, dict]] | None = None) -> Verdict:
     """The verdict for one claim on one machine, commit and mode.
 
     measured: params (JSON text) -> value (None = the benchmark failed for that combination),
@@ -145,7 +151,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     gate_values: the gate benchmark's values by the same params.
     explain_values: per benchmark of claim.explain, its values by the same params: shown beside
     every combination, and those of the combination that decides the verdict in its reason.
-    intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded.
+    intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded;
+    explain_intervals: the same per benchmark of claim.explain, shown beside its values.
     """
     missing = [r for r in claim.requires if r not in caps]
     if missing:  # results from a machine without it (a CPU dry run of the GPU rows) do not measure the claim
@@ -163,6 +170,10 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         entry = {"params": json.loads(params), "value": value, **_interval_fields((intervals or {}).get(params))}
         if claim.explain:
             entry["explain"] = {explain_label(b): (explain_values or {}).get(b, {}).get(params) for b in claim.explain}
+            bounds = {explain_label(b): [found["low"], found["high"]] for b in claim.explain
+                      if (found := (explain_intervals or {}).get(b, {}).get(params)) and found.get("low") is not None}
+            if bounds:
+                entry["explain_interval"] = bounds
         if claim.gate is not None:
             gv = (gate_values or {}).get(params)
             entry["gate_value"] = gv
@@ -194,7 +205,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     low, high = bounds.get("low"), bounds.get("high")
     enough = bounds.get("n") is None or bounds["n"] >= (bounds.get("min_n") or 1)
     verdict, why = classify(claim, value, low, high, enough)
-    shown = f"{value:.4g}" + (f" [{low:.4g}, {high:.4g}]" if low is not None else "")
+    shown = bracketed(value, low, high)
     if claim.target is None:
         reason = f"{shown} {claim.unit}, {why} ({claim.neutral:g})"
     else:
@@ -236,12 +247,20 @@ def explain_label(benchmark: str) -> str:
     return benchmark.rsplit(".", 1)[-1].removeprefix("track_").replace("_", " ")
 
 
+def explained(entry: dict, label: str, digits: int = 3) -> str | None:
+    """One explaining benchmark's value in a detail entry, with its interval where recorded."""
+    value = entry.get("explain", {}).get(label)
+    if value is None:
+        return None
+    return bracketed(value, *entry.get("explain_interval", {}).get(label, ()), digits=digits)
+
+
 def _explained(claim: Claim, deciding: dict) -> str:
     """'; at dataset=glove: pruned fraction 0.65, ...' for the combination whose value decided."""
     if not deciding.get("explain"):
         return ""
     where = ", ".join(f"{k}={x}" for k, x in deciding["params"].items())
-    values = ", ".join(f"{k} {x:.3g}" for k, x in deciding["explain"].items() if x is not None)
+    values = ", ".join(f"{k} {shown}" for k in deciding["explain"] if (shown := explained(deciding, k)) is not None)
     return f"; at {where}: {values}" if values else ""
 
 
@@ -349,7 +368,9 @@ def compute_with_history(con, registry: Registry,
                 _, commit, mode, fingerprint = key
                 gate_entry = gates.get(key, {}).get("values")
                 explain = {b: e.get(key, {}).get("values", {}) for b, e in explains.items()}
-                v = judge(claim, entry["values"], gate_entry, caps, machine, explain, entry["intervals"])
+                explain_intervals = {b: e.get(key, {}).get("intervals", {}) for b, e in explains.items()}
+                v = judge(claim, entry["values"], gate_entry, caps, machine, explain, entry["intervals"],
+                          explain_intervals)
                 v.commit_hash, v.commit_date, v.mode, v.inputs = commit, entry["date"], mode, fingerprint
                 v.inputs_status = inputs_status(suite, fingerprint, current)
                 mine.append(v)

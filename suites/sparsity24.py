@@ -18,8 +18,9 @@ linears through each kernel PyTorch has here (impl/sparsity24.cpu_matmuls says w
 which emulated) at 1 and 256 tokens, interleaved with fp32 in one process.
 The claim rows: the perplexity ratio of 2:4 + INT8 over INT5 (and of 2:4 + INT4 over INT3), the
 lowest over the pruners (the best 2:4 recipe decides), gated on the two formats' bits per weight
-matching within 0.05. CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048
-calibration tokens, 10 + 4 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
+matching within 0.05; the same ratios on each source's spans alone explain them (do the sources
+agree?). CLAIMBENCH_QUICK=1: fp16, RTN INT5 and Wanda 2:4 + INT8 only, 2,048 calibration tokens,
+10 + 4 spans of 128 tokens, 5 samples per task at 400 tokens, 1 token, 3 timing rounds.
 """
 import logging
 import time
@@ -89,6 +90,16 @@ def held_out_text(tok) -> list[int]:
     return ids
 
 
+def source_spans(source: str) -> slice:
+    """Where one source's spans sit in a format's per-span NLLs (held_out_text's order)."""
+    start = 0
+    for name, count in HELD_OUT.items():
+        if name == source:
+            return slice(start, start + count)
+        start += count
+    raise KeyError(f"{source!r} is not a held-out source ({', '.join(HELD_OUT)})")
+
+
 def quality(model, tok, eos, calibration: torch.Tensor, held_out: list[int], progress=log.info) -> dict:
     """Per format: bits per weight, per-span NLL, pooled task outcomes, compression time."""
     out = {"bits": {}, "nll": {}, "accuracy": {}, "compress_s": {}}
@@ -130,8 +141,12 @@ def timing(model) -> dict:
     return out
 
 
-def perplexity_ratio(nll: dict, name: str, reference: str) -> intervals.Estimate:
-    return evaluate.perplexity_ratio(nll[reference], nll[name])
+def perplexity_ratio(nll: dict, name: str, reference: str, source: str | None = None) -> intervals.Estimate:
+    """Over every held-out span, or over one source's."""
+    spans = source_spans(source) if source else slice(None)
+    reference_nll, method_nll = nll[reference][spans], nll[name][spans]
+    assert not source or len(reference_nll) == HELD_OUT[source], f"{name}: fewer spans than HELD_OUT[{source!r}]"
+    return evaluate.perplexity_ratio(reference_nll, method_nll)
 
 
 def accuracy_change(accuracy: dict, name: str, reference: str) -> intervals.Estimate:
@@ -192,7 +207,7 @@ class Formats(_Measured):
 
 class EqualBits(_Measured):
     """Each pruner's 2:4 + INTb beside the dense INT(b/2 + 1) of the same bits per weight; the claim
-    rows are the int8_vs_int5 and int4_vs_int3 perplexity ratios."""
+    rows are the int8_vs_int5 and int4_vs_int3 perplexity ratios, each also on each held-out source."""
     params = (PRUNERS,)
     param_names = ["pruner"]
 
@@ -206,9 +221,9 @@ class EqualBits(_Measured):
                 raise SkipNotImplemented(f"{name} is not in this grid")
         return sparse.name, dense.name
 
-    def _ratio(self, r, pruner, value_bits) -> intervals.Estimate:
-        """Perplexity of the 2:4 format / of the dense one at equal bits, paired over spans."""
-        return perplexity_ratio(r["nll"], *self.pair(r, pruner, value_bits))
+    def _ratio(self, r, pruner, value_bits, source=None) -> intervals.Estimate:
+        """Perplexity of the 2:4 format / of the dense one at equal bits, paired over spans (one source's)."""
+        return perplexity_ratio(r["nll"], *self.pair(r, pruner, value_bits), source)
 
     def _gap(self, r, pruner, value_bits) -> float:
         """Bits per weight of the 2:4 format minus the dense one's (the claims' gate)."""
@@ -226,6 +241,17 @@ class EqualBits(_Measured):
     track_perplexity_ratio_int8_vs_int5.unit = metrics.PERPLEXITY_RATIO.unit
 
     @evidence.estimate
+    def track_perplexity_ratio_int8_vs_int5_on_licenses(self, r, pruner):
+        """The claim's ratio on the license spans alone (_on_docstrings: on the standard library's)."""
+        return self._ratio(r, pruner, 8, "licenses")
+    track_perplexity_ratio_int8_vs_int5_on_licenses.unit = metrics.PERPLEXITY_RATIO.unit
+
+    @evidence.estimate
+    def track_perplexity_ratio_int8_vs_int5_on_docstrings(self, r, pruner):
+        return self._ratio(r, pruner, 8, "python-stdlib")
+    track_perplexity_ratio_int8_vs_int5_on_docstrings.unit = metrics.PERPLEXITY_RATIO.unit
+
+    @evidence.estimate
     def track_perplexity_ratio_int6_vs_int4(self, r, pruner):
         return self._ratio(r, pruner, 6)
     track_perplexity_ratio_int6_vs_int4.unit = metrics.PERPLEXITY_RATIO.unit
@@ -235,6 +261,16 @@ class EqualBits(_Measured):
         """The claim accuracy-at-equal-bits-int4."""
         return self._ratio(r, pruner, 4)
     track_perplexity_ratio_int4_vs_int3.unit = metrics.PERPLEXITY_RATIO.unit
+
+    @evidence.estimate
+    def track_perplexity_ratio_int4_vs_int3_on_licenses(self, r, pruner):
+        return self._ratio(r, pruner, 4, "licenses")
+    track_perplexity_ratio_int4_vs_int3_on_licenses.unit = metrics.PERPLEXITY_RATIO.unit
+
+    @evidence.estimate
+    def track_perplexity_ratio_int4_vs_int3_on_docstrings(self, r, pruner):
+        return self._ratio(r, pruner, 4, "python-stdlib")
+    track_perplexity_ratio_int4_vs_int3_on_docstrings.unit = metrics.PERPLEXITY_RATIO.unit
 
     def track_bits_gap_int8_vs_int5(self, r, pruner):
         return self._gap(r, pruner, 8)

@@ -43,6 +43,17 @@ def test_explaining_benchmarks_sit_beside_every_combination_and_in_the_reason():
     assert "explain" not in verdicts.judge(claim(), {P(d="a"): 0.5}).detail[0]
 
 
+def test_explaining_values_carry_their_intervals_where_recorded():
+    c = claim(explain=("s.C.track_ratio_on_a", "s.C.track_ratio_on_b"))
+    explain = {"s.C.track_ratio_on_a": {P(d="a"): 1.085}, "s.C.track_ratio_on_b": {P(d="a"): 0.926}}
+    bounds = {"s.C.track_ratio_on_a": {P(d="a"): {"low": 1.012, "high": 1.17, "n": 48}}}
+    v = verdicts.judge(c, {P(d="a"): 3.0}, explain_values=explain, explain_intervals=bounds)
+    assert v.reason.endswith("; at d=a: ratio on a 1.08 [1.01, 1.17], ratio on b 0.926")
+    assert v.detail[0]["explain_interval"] == {"ratio on a": [1.012, 1.17]}
+    assert verdicts.explained(v.detail[0], "ratio on a", digits=4) == "1.085 [1.012, 1.17]"
+    assert verdicts.explained(v.detail[0], "ratio on c") is None
+
+
 def test_lower_is_better_claims():
     c = claim(direction="lower", claimed=(-27.7, -27.7), neutral=0.0, unit="%")
     assert verdicts.judge(c, {P(): -30.0}).verdict == verdicts.REPRODUCED

@@ -11,6 +11,7 @@ from . import smollm_stub, tracks
 pytestmark = smollm_stub.NEEDS_TOKENIZER
 
 GRID = {"fp16": [16], "rtn": [5, 3], "gptq": [5], "magnitude-2:4": [8], "wanda-2:4": [16, 8], "sparsegpt-2:4": [8, 4]}
+HELD_OUT = {"licenses": 2, "python-stdlib": 1}
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def result():
     patch = pytest.MonkeyPatch()
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
-             "SCORED": 32, "HELD_OUT": {"licenses": 2, "python-stdlib": 1},
+             "SCORED": 32, "HELD_OUT": HELD_OUT,
              "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
              "ROUNDS": 2, "CALLS_PER_ROUND": 1}
     for name, value in knobs.items():
@@ -38,6 +39,7 @@ def test_the_classes_share_one_setup_cache():
 
 def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
     monkeypatch.setattr(suite, "GRID", GRID)
+    monkeypatch.setattr(suite, "HELD_OUT", HELD_OUT)
     measured = tracks.measured(result, {suite.Formats: (suite.BITS_PER_WEIGHT, list(GRID)),
                                         suite.EqualBits: (list(suite.PRUNERS),), suite.CpuMatmul: suite.CpuMatmul.params})
     assert measured["track_bits_per_weight", "5.25", "rtn"] == 5.25
@@ -48,6 +50,7 @@ def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
     for pruner in ("magnitude", "wanda", "sparsegpt"):
         assert measured["track_bits_gap_int8_vs_int5", pruner] == 0
         assert ("track_perplexity_ratio_int8_vs_int5", pruner) in measured
+        assert ("track_perplexity_ratio_int8_vs_int5_on_docstrings", pruner) in measured
     assert ("track_perplexity_ratio_int4_vs_int3", "sparsegpt") not in measured  # GPTQ INT3 is not in this grid
     assert ("track_speedup_vs_fp32", "1", "int4-weight-only") in measured
     assert measured["track_speedup_vs_fp32", "256", "fp32"] == 1.0
@@ -57,6 +60,18 @@ def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
     """Even a random model loses perplexity when half its weights go (the direction, not a size)."""
     ratio = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
     assert ratio.value > 1 and ratio.n == 3
+
+
+def test_each_sources_ratio_is_over_its_own_spans_and_they_pool_to_the_claims(result, monkeypatch):
+    monkeypatch.setattr(suite, "HELD_OUT", HELD_OUT)
+    by_source = {source: suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16", source)
+                 for source in HELD_OUT}
+    pooled = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
+    assert [by_source[s].n for s in HELD_OUT] == [2, 1] and pooled.n == 3
+    assert pooled.value == pytest.approx(by_source["licenses"].value ** (2 / 3)
+                                         * by_source["python-stdlib"].value ** (1 / 3))
+    with pytest.raises(KeyError, match="not a held-out source"):
+        suite.source_spans("vim-docs")
 
 
 def test_the_run_modes_spans_and_calibration_fit_the_pinned_corpus():
