@@ -215,7 +215,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         reason += f"; {why}"
         if not enough:
             reason += f" ({bounds['n']} samples, {bounds['min_n']} needed)"
-        reason += _explained(claim, deciding)
+    reason += _explained(claim, deciding)
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail, low=low, high=high,

@@ -52,6 +52,9 @@ def test_explaining_values_carry_their_intervals_where_recorded():
     assert v.detail[0]["explain_interval"] == {"ratio on a": [1.012, 1.17]}
     assert verdicts.explained(v.detail[0], "ratio on a", digits=4) == "1.085 [1.012, 1.17]"
     assert verdicts.explained(v.detail[0], "ratio on c") is None
+    without_target = verdicts.judge(claim(claimed=None, explain=c.explain), {P(d="a"): 3.0}, explain_values=explain,
+                                    explain_intervals=bounds)
+    assert without_target.reason.endswith("; at d=a: ratio on a 1.08 [1.01, 1.17], ratio on b 0.926")
 
 
 def test_lower_is_better_claims():
