@@ -170,10 +170,11 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         entry = {"params": json.loads(params), "value": value, **_interval_fields((intervals or {}).get(params))}
         if claim.explain:
             entry["explain"] = {explain_label(b): (explain_values or {}).get(b, {}).get(params) for b in claim.explain}
-            bounds = {explain_label(b): [found["low"], found["high"]] for b in claim.explain
-                      if (found := (explain_intervals or {}).get(b, {}).get(params)) and found.get("low") is not None}
-            if bounds:
-                entry["explain_interval"] = bounds
+            explain_bounds = {explain_label(b): [found["low"], found["high"]] for b in claim.explain
+                              if (found := (explain_intervals or {}).get(b, {}).get(params))
+                              and found.get("low") is not None}
+            if explain_bounds:
+                entry["explain_interval"] = explain_bounds
         if claim.gate is not None:
             gv = (gate_values or {}).get(params)
             entry["gate_value"] = gv
@@ -256,12 +257,15 @@ def explained(entry: dict, label: str, digits: int = 3) -> str | None:
 
 
 def _explained(claim: Claim, deciding: dict) -> str:
-    """'; at dataset=glove: pruned fraction 0.65, ...' for the combination whose value decided."""
+    """'; at dataset=glove: pruned fraction 0.65, ...' for the combination whose value decided
+    ('; pruned fraction 0.65' for a benchmark without parameters)."""
     if not deciding.get("explain"):
         return ""
     where = ", ".join(f"{k}={x}" for k, x in deciding["params"].items())
     values = ", ".join(f"{k} {shown}" for k in deciding["explain"] if (shown := explained(deciding, k)) is not None)
-    return f"; at {where}: {values}" if values else ""
+    if not values:
+        return ""
+    return f"; at {where}: {values}" if where else f"; {values}"
 
 
 def _series(con, benchmark: str) -> dict[tuple[str, str, str, str], dict]:

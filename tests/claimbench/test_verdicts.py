@@ -55,6 +55,9 @@ def test_explaining_values_carry_their_intervals_where_recorded():
     without_target = verdicts.judge(claim(claimed=None, explain=c.explain), {P(d="a"): 3.0}, explain_values=explain,
                                     explain_intervals=bounds)
     assert without_target.reason.endswith("; at d=a: ratio on a 1.08 [1.01, 1.17], ratio on b 0.926")
+    no_params = verdicts.judge(claim(claimed=None, explain=c.explain), {P(): 3.0},
+                               explain_values={"s.C.track_ratio_on_a": {P(): 1.085}})
+    assert no_params.reason.endswith(" (1); ratio on a 1.08")  # no "at :" without parameters
 
 
 def test_lower_is_better_claims():
