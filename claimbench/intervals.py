@@ -90,8 +90,8 @@ def order_statistic_interval(samples: Sequence[float], confidence: float = CONFI
 
 def median_of(samples: Sequence[float], method: str = "order statistics of rounds") -> Estimate:
     """The median of repeated measurements (a time per round, a latency per query) and its
-    order-statistic interval."""
-    low, high, _ = order_statistic_interval(samples)
+    order-statistic interval; a single measurement has none."""
+    low, high, _ = order_statistic_interval(samples) if len(samples) > 1 else (None, None, 0.0)
     return Estimate(statistics.median(samples), low, high, len(samples), method, MIN_ROUNDS, tuple(samples))
 
 

@@ -34,6 +34,21 @@ def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup:
     return times
 
 
+def repeated(call: Callable[[], object], rounds: int, budget_s: float) -> tuple[object, list[float]]:
+    """The first call's result and every call's seconds: up to `rounds` calls back to back, each while
+    one more (as slow as the slowest so far) keeps the total within budget_s. A sub-second step (a
+    round-to-nearest pass over every weight) gets the samples an interval and the alerts' rank-sum test
+    need; a minute-long one (a calibrated solver) runs once. `call` must have no side effects."""
+    start = time.perf_counter()
+    first = call()
+    seconds = [time.perf_counter() - start]
+    while len(seconds) < rounds and sum(seconds) + max(seconds) <= budget_s:
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return first, seconds
+
+
 def in_child(fn: Callable, *args):
     """fn(*args) in a fresh process (spawned: nothing inherited), its result returned. Keeps apart what
     must not share a process (torch and faiss bring OpenMP runtimes that crash together) and measures a

@@ -31,6 +31,11 @@ def test_order_statistic_interval_needs_six_rounds():
     assert (low, high) == (5, 14) and cover >= 0.95  # the narrowest pair at n = 20 is (x_6, x_15)
 
 
+def test_a_single_measurement_has_no_interval():
+    single = intervals.median_of([0.09])
+    assert (single.value, single.low, single.high, single.n, single.enough) == (0.09, None, None, 1, False)
+    assert intervals.median_of([0.09, 0.12]).low == 0.09
+
 def test_wilson_interval_covers_a_rate():
     p = 0.3
     cover = coverage(500, lambda rng: intervals.rate(list(rng.random(200) < p)), p)

@@ -1,6 +1,7 @@
 import functools
 import math
 import os
+import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
@@ -20,3 +21,14 @@ def test_in_child_raises_when_the_child_dies_instead_of_waiting():
 
 def test_ratio_is_baseline_over_method():
     assert measure.ratio([2.0, 2.0, 9.0], [1.0, 1.0, 0.5]) == pytest.approx(2.0)
+
+
+def test_repeated_times_a_quick_call_every_round_and_returns_its_first_result():
+    calls = iter(range(10))
+    first, seconds = measure.repeated(lambda: next(calls), rounds=4, budget_s=10)
+    assert first == 0 and len(seconds) == 4 and next(calls) == 4
+
+
+def test_repeated_runs_a_call_once_when_a_second_would_overrun_the_budget():
+    first, seconds = measure.repeated(lambda: time.sleep(0.02) or "done", rounds=4, budget_s=0.03)
+    assert first == "done" and len(seconds) == 1

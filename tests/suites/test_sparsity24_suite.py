@@ -56,6 +56,13 @@ def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
     assert measured["track_speedup_vs_fp32", "256", "fp32"] == 1.0
 
 
+def test_a_quick_compression_is_timed_every_round_and_its_median_tracked(result, monkeypatch):
+    """The stand-in compresses in milliseconds, so every format gets ROUNDS back-to-back timings."""
+    monkeypatch.setattr(suite, "GRID", GRID)
+    assert all(len(seconds) == 2 for seconds in result["compress_s"].values())
+    tracked = suite.Formats().track_compress_s(result, "5.25", "rtn")
+    assert tracked == pytest.approx(sum(result["compress_s"]["rtn-int5"]) / 2)
+
 def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
     """Even a random model loses perplexity when half its weights go (the direction, not a size)."""
     ratio = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
