@@ -36,6 +36,7 @@ def test_a_single_measurement_has_no_interval():
     assert (single.value, single.low, single.high, single.n, single.enough) == (0.09, None, None, 1, False)
     assert intervals.median_of([0.09, 0.12]).low == 0.09
 
+
 def test_wilson_interval_covers_a_rate():
     p = 0.3
     cover = coverage(500, lambda rng: intervals.rate(list(rng.random(200) < p)), p)
