@@ -63,6 +63,7 @@ def test_a_quick_compression_is_timed_every_round_and_its_median_tracked(result,
     tracked = suite.Formats().track_compress_s(result, "5.25", "rtn")
     assert tracked == pytest.approx(sum(result["compress_s"]["rtn-int5"]) / 2)
 
+
 def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
     """Even a random model loses perplexity when half its weights go (the direction, not a size)."""
     ratio = suite.perplexity_ratio(result["nll"], "magnitude-2:4+int8", "fp16")
