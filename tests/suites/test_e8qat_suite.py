@@ -46,3 +46,14 @@ def test_every_track_returns_a_number(result, monkeypatch):
     assert measured["track_perplexity_ratio_vs_fp32", "fp32"] == 1.0
     assert measured["track_bits_gap_vs_rtn2_qat",] == 0 and measured["track_bits_gap_vs_e8p_ptq",] == 0
     assert len(result["losses"]["e8-qat"]) == 2
+
+
+def test_post_training_passes_are_timed_back_to_back(result):
+    """The stand-in quantizes in milliseconds, so RTN gets PTQ_ROUNDS timings (E8's first pass may compile
+    its kernel); fp32 needs no quantization and QAT trains once; the track is their median."""
+    seconds = result["seconds"]
+    assert seconds["fp32"] == [0.0] and len(seconds["rtn2-qat"]) == len(seconds["e8-qat"]) == 1
+    assert len(seconds["rtn2-ptq"]) == suite.PTQ_ROUNDS
+    assert all(1 <= len(seconds[method]) <= suite.PTQ_ROUNDS for method in suite.PTQ)
+    median = suite.Methods().track_quantize_s(result, "rtn2-ptq")
+    assert median == suite.measure.median(seconds["rtn2-ptq"])
