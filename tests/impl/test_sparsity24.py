@@ -78,5 +78,7 @@ def test_cpu_kernels_compute_what_their_formats_store():
     for name, limit in tolerance.items():
         for out, ref in zip(kernels[name][0](xs), reference):
             assert float((out - ref).norm() / ref.norm()) < limit, name
+    int5_twice = kernels["int5-dequantize"][0](xs), kernels["int5-dequantize"][0](xs)  # its buffer is reused
+    assert all(torch.equal(first, second) for first, second in zip(*int5_twice))
     for out, w, x in zip(kernels["2:4-csr"][0](xs), weights, xs):
         assert torch.allclose(out, x @ (w * wc.magnitude_24(w)).T, atol=1e-4)

@@ -21,8 +21,7 @@ def result():
     formats = {fmt.name: fmt for family, grid in GRID.items() for fmt in (suite.make_format(family, b) for b in grid)}
     knobs = {"GRID": GRID, "FORMATS": formats, "CALIBRATION_TOKENS": 256, "CALIBRATION_ROW": 64, "PREFIX": 16,
              "SCORED": 32, "HELD_OUT": HELD_OUT,
-             "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160,
-             "ROUNDS": 2, "CALLS_PER_ROUND": 1}
+             "TASKS": {suite.longcontext.COMPLETION: 2, "niah-single": 1}, "TASK_LENGTH": 160, "ROUNDS": 2}
     for name, value in knobs.items():
         patch.setattr(suite, name, value)
     patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
@@ -32,16 +31,31 @@ def result():
         patch.undo()
 
 
-def test_the_classes_share_one_setup_cache():
-    keys = {get_setup_cache_key(cls.setup_cache) for cls in (suite.Formats, suite.EqualBits, suite.CpuMatmul)}
-    assert len(keys) == 1
+@pytest.fixture(scope="module")
+def timed():
+    model, tokenizer = smollm_stub.stand_in()
+    patch = pytest.MonkeyPatch()
+    patch.setattr(suite, "ROUNDS", 2)
+    patch.setattr(suite, "CALLS_PER_ROUND", 1)
+    patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+    try:
+        yield suite.CpuMatmul().setup_cache()
+    finally:
+        patch.undo()
 
 
-def test_every_track_returns_a_number_or_says_why_not(result, monkeypatch):
+def test_formats_and_pairs_share_a_setup_cache_and_the_cpu_timings_have_their_own():
+    """The CPU timings run in a process of their own, after nothing but the model's load."""
+    keys = {get_setup_cache_key(cls.setup_cache) for cls in (suite.Formats, suite.EqualBits)}
+    assert len(keys) == 1 and get_setup_cache_key(suite.CpuMatmul.setup_cache) not in keys
+
+
+def test_every_track_returns_a_number_or_says_why_not(result, timed, monkeypatch):
     monkeypatch.setattr(suite, "GRID", GRID)
     monkeypatch.setattr(suite, "HELD_OUT", HELD_OUT)
     measured = tracks.measured(result, {suite.Formats: (suite.BITS_PER_WEIGHT, list(GRID)),
-                                        suite.EqualBits: (list(suite.PRUNERS),), suite.CpuMatmul: suite.CpuMatmul.params})
+                                        suite.EqualBits: (list(suite.PRUNERS),)})
+    measured.update(tracks.measured(timed, {suite.CpuMatmul: suite.CpuMatmul.params}))
     assert measured["track_bits_per_weight", "5.25", "rtn"] == 5.25
     assert measured["track_bits_per_weight", "5.25", "wanda-2:4"] == 5.25
     assert measured["track_bits_per_weight", "9", "wanda-2:4"] == 9
