@@ -137,13 +137,14 @@ def two_of_four_share(weight: torch.Tensor) -> float:
 
 def cpu_matmuls(weights: list[torch.Tensor]) -> dict[str, tuple[Callable, str]]:
     """What PyTorch runs on a CPU for each storage format: kernel name -> (call(xs) applying each
-    weight (out, in) to its input xs[i] (tokens, in), how it runs). 'native': a kernel of the format itself (fp32
-    GEMM; int8 weight-only with per-channel scales, aten::_weight_int8pack_mm; int4 weight-only per
-    group of 64 with scales and zeros, aten::_weight_int4pack_mm_for_cpu; the 2:4 matrix as CSR,
-    aten's sparse-dense product, which knows nothing of the 2:4 pattern). 'emulated': no kernel for
-    the format exists here, so the weight is dequantized on every call, into a buffer kept across calls
-    (the time is the arithmetic's, not the allocator's), before an fp32 GEMM (INT5; 2:4 + INT8 would be
-    the same): its time is the emulation's, never the format's."""
+    weight (out, in) to its input xs[i] (tokens, in), how it runs). 'native': a kernel of the format
+    itself (fp32 GEMM; int8 weight-only with per-channel scales, aten::_weight_int8pack_mm; int4
+    weight-only per group of 64 with scales and zeros, aten::_weight_int4pack_mm_for_cpu; the 2:4 matrix
+    as CSR, aten's sparse-dense product, which knows nothing of the 2:4 pattern). 'emulated': no kernel
+    for the format exists here, so the weight is dequantized on every call before an fp32 GEMM (INT5;
+    2:4 + INT8 would be the same), into a buffer kept across calls (the codes cast, then scaled in
+    place: the time is the arithmetic's, not the allocator's): its time is the emulation's, never the
+    format's."""
     int8 = []
     for w in weights:
         scale = w.abs().amax(1).clamp(min=1e-8) / 127
@@ -173,13 +174,14 @@ def cpu_matmuls(weights: list[torch.Tensor]) -> dict[str, tuple[Callable, str]]:
         return [torch._weight_int8pack_mm(x, q, scale) for x, (q, scale) in zip(xs, int8)]
 
     def int4_weight_only(xs):
-        return [torch._weight_int4pack_mm_for_cpu(x, packed, 64, scale_zero) for x, (packed, scale_zero) in zip(xs, int4)]
+        return [torch._weight_int4pack_mm_for_cpu(x, packed, 64, scale_zero)
+                for x, (packed, scale_zero) in zip(xs, int4)]
 
     def two_four_csr(xs):
         return [torch.sparse.mm(w, x.T).T for x, w in zip(xs, csr)]
 
     def int5_dequantize(xs):
-        return [torch.nn.functional.linear(x, torch.mul(codes, scale, out=dequantized).flatten(1))
+        return [torch.nn.functional.linear(x, dequantized.copy_(codes).mul_(scale).flatten(1))
                 for x, (codes, scale, dequantized) in zip(xs, int5)]
 
     return {"fp32": (fp32, "native"), "int8-weight-only": (int8_weight_only, "native"),

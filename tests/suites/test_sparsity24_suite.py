@@ -33,13 +33,16 @@ def result():
 
 @pytest.fixture(scope="module")
 def timed():
+    """CpuMatmul's setup_cache, each of its processes run in this one (the stand-in is not SmolLM2)."""
     model, tokenizer = smollm_stub.stand_in()
     patch = pytest.MonkeyPatch()
-    patch.setattr(suite, "ROUNDS", 2)
+    processes = []
+    patch.setattr(suite, "ROUNDS", suite.TIMING_PROCESSES)  # a round per process
     patch.setattr(suite, "CALLS_PER_ROUND", 1)
     patch.setattr(suite.common, "smollm2", lambda: (model, tokenizer, 0))
+    patch.setattr(suite.measure, "in_child", lambda fn, *args: processes.append(args) or fn(*args))
     try:
-        yield suite.CpuMatmul().setup_cache()
+        yield suite.CpuMatmul().setup_cache(), processes
     finally:
         patch.undo()
 
@@ -55,7 +58,7 @@ def test_every_track_returns_a_number_or_says_why_not(result, timed, monkeypatch
     monkeypatch.setattr(suite, "HELD_OUT", HELD_OUT)
     measured = tracks.measured(result, {suite.Formats: (suite.BITS_PER_WEIGHT, list(GRID)),
                                         suite.EqualBits: (list(suite.PRUNERS),)})
-    measured.update(tracks.measured(timed, {suite.CpuMatmul: suite.CpuMatmul.params}))
+    measured.update(tracks.measured(timed[0], {suite.CpuMatmul: suite.CpuMatmul.params}))
     assert measured["track_bits_per_weight", "5.25", "rtn"] == 5.25
     assert measured["track_bits_per_weight", "5.25", "wanda-2:4"] == 5.25
     assert measured["track_bits_per_weight", "9", "wanda-2:4"] == 9
@@ -76,6 +79,13 @@ def test_a_quick_compression_is_timed_every_round_and_its_median_tracked(result,
     assert all(len(seconds) == 2 for seconds in result["compress_s"].values())
     tracked = suite.Formats().track_compress_s(result, "5.25", "rtn")
     assert tracked == pytest.approx(sum(result["compress_s"]["rtn-int5"]) / 2)
+
+
+def test_the_cpu_timings_pool_the_rounds_of_each_fresh_process(timed):
+    rows, processes = timed
+    assert processes == [(1,)] * suite.TIMING_PROCESSES  # the fixture's one round per process
+    assert {len(seconds) for seconds in rows.values()} == {suite.TIMING_PROCESSES}
+    assert set(rows) == {(tokens, kernel) for tokens in suite.TOKENS for kernel in suite.KERNELS}
 
 
 def test_2_4_formats_are_worse_than_fp16_on_the_held_out_spans(result):
