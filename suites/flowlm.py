@@ -15,8 +15,9 @@ against plain greedy decoding (the same harness with nothing drafted, its output
 evaluate.generate's), interleaved in one process, `ROUNDS` rounds of every prompt, the ratio per
 round with its interval; acceptance length (tokens per target pass, the bonus token counted;
 bootstrap over prompts); draft time per pass; a verify pass's cost in decode steps (the plain rows'
-pass, timed in the same rounds); and what that implies: the speedup if a verify pass cost one decode
-step, as it nearly does on a GPU at batch 1 (memory-bound), the drafting cost as measured here. Sweeps,
+pass, timed in the same round); and what that implies: the speedup if a verify pass cost one decode
+step, as it nearly does on a GPU at batch 1 (memory-bound), the drafting cost as measured here (these
+three per round, the median over the rounds with its interval). Sweeps,
 untimed: acceptance length over the block size k per drafter, and over the flow's Euler steps.
 CLAIMBENCH_QUICK=1: 2 prompts of 12 new tokens per task, 2 rounds, 4 training steps.
 """
@@ -97,16 +98,18 @@ def measure_all(model, tok, eos, progress=log.info) -> dict:
     learned, losses, seconds = train(model, tok, progress)
     tasks = prompts(tok)
     out = {"losses": losses, "training_s": seconds, "timing": {}, "generations": {}, "references": {},
-           "sweep": {}, "flow_steps": {}}
+           "rounds": {}, "sweep": {}, "flow_steps": {}}
     for task, ids_list in tasks.items():
         out["references"][task] = [evaluate.generate(model, ids, NEW_TOKENS, eos) for ids in ids_list]
         calls = {}
         for name in ("plain", *DRAFTERS):  # plain: the same harness with nothing drafted, one token per pass
             def call(drafter=None if name == "plain" else make(name, learned), key=(task, name), ids_list=ids_list):
                 out["generations"][key] = run_all(model, eos, drafter, ids_list, K)  # the last round's are kept
+                out["rounds"].setdefault(key, []).append(totals(out["generations"][key]))
             calls[name] = call
         for name, times in measure.interleaved(calls, rounds=ROUNDS).items():
             out["timing"][task, name] = times
+            out["rounds"][task, name] = out["rounds"][task, name][-ROUNDS:]  # the warmup round's dropped
         if [g.tokens for g in out["generations"][task, "plain"]] != out["references"][task]:
             raise RuntimeError(f"flowlm: the harness's plain decoding differs from evaluate.generate on {task}")
         progress(f"flowlm: {task}: " + ", ".join(
@@ -127,6 +130,13 @@ def measure_all(model, tok, eos, progress=log.info) -> dict:
     return out
 
 
+def totals(generations: list[speculative.Generation]) -> dict:
+    """One round's sums over its prompts: new tokens, target passes after the prompt's, seconds drafting
+    and verifying."""
+    return {"tokens": sum(len(g.tokens) - 1 for g in generations), "passes": sum(g.forwards - 1 for g in generations),
+            "draft_s": sum(g.draft_s for g in generations), "verify_s": sum(g.verify_s for g in generations)}
+
+
 def _plain(generation: speculative.Generation) -> dict:
     return {"tokens": generation.tokens, "forwards": generation.forwards, "draft_s": generation.draft_s,
             "verify_s": generation.verify_s}
@@ -137,10 +147,9 @@ def acceptance(generations: list[dict]) -> intervals.Estimate:
     return intervals.bootstrap(generations, lambda gs: sum(len(g["tokens"]) for g in gs) / sum(g["forwards"] for g in gs))
 
 
-def step_s(r, task: str) -> float:
-    """One decode step: the plain rows' target time per pass (the last timed round)."""
-    plain = r["generations"][task, "plain"]
-    return sum(g["verify_s"] for g in plain) / sum(g["forwards"] - 1 for g in plain)
+def step_seconds(r, task: str) -> list[float]:
+    """One decode step per timed round: the plain rows' target time per pass."""
+    return [plain["verify_s"] / plain["passes"] for plain in r["rounds"][task, "plain"]]
 
 
 class _Measured(common.ComputedOnce):
@@ -195,26 +204,27 @@ class Decoding(_Measured):
         return intervals.median_of([tokens / s for s in r["timing"][task, drafter]])
     track_tokens_per_s.unit = metrics.TOKENS_PER_S.unit
 
+    @evidence.estimate
     def track_draft_s_per_pass(self, r, task, drafter):
-        generations = self._generations(r, task, drafter)
-        return sum(g["draft_s"] for g in generations) / sum(g["forwards"] - 1 for g in generations)
+        """Drafting seconds per target pass, the median over the timed rounds."""
+        return intervals.median_of([one["draft_s"] / one["passes"] for one in r["rounds"][task, drafter]])
     track_draft_s_per_pass.unit = metrics.SECONDS.unit
 
+    @evidence.estimate
     def track_verify_cost_in_steps(self, r, task, drafter):
-        """A verify pass (up to K + 1 tokens) over one plain decode step, both in the same harness."""
-        generations = self._generations(r, task, drafter)
-        per_pass = sum(g["verify_s"] for g in generations) / sum(g["forwards"] - 1 for g in generations)
-        return per_pass / step_s(r, task)
+        """A verify pass (up to K + 1 tokens) over one plain decode step of the same round, both in the
+        same harness; the median over the timed rounds."""
+        return intervals.median_of([one["verify_s"] / one["passes"] / step
+                                    for one, step in zip(r["rounds"][task, drafter], step_seconds(r, task))])
     track_verify_cost_in_steps.unit = metrics.DECODE_STEPS.unit
 
+    @evidence.estimate
     def track_speedup_if_verify_cost_one_step(self, r, task, drafter):
         """What the acceptance implies where a verify pass costs one decode step (a GPU at batch 1 is
-        memory-bound): decoded tokens over (passes + drafting time in decode steps), drafting as here."""
-        generations = self._generations(r, task, drafter)
-        tokens = sum(len(g["tokens"]) - 1 for g in generations)
-        passes = sum(g["forwards"] - 1 for g in generations)
-        drafting = sum(g["draft_s"] for g in generations) / step_s(r, task)
-        return tokens / (passes + drafting)
+        memory-bound): decoded tokens over (passes + drafting time in decode steps of the same round),
+        drafting as here; the median over the timed rounds."""
+        return intervals.median_of([one["tokens"] / (one["passes"] + one["draft_s"] / step)
+                                    for one, step in zip(r["rounds"][task, drafter], step_seconds(r, task))])
     track_speedup_if_verify_cost_one_step.unit = metrics.SPEEDUP.unit
 
 
