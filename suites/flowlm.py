@@ -144,7 +144,8 @@ def _plain(generation: speculative.Generation) -> dict:
 
 def acceptance(generations: list[dict]) -> intervals.Estimate:
     """Tokens per target pass over all prompts (ratio of sums), bootstrap over prompts."""
-    return intervals.bootstrap(generations, lambda gs: sum(len(g["tokens"]) for g in gs) / sum(g["forwards"] for g in gs))
+    return intervals.bootstrap(generations,
+                               lambda gs: sum(len(g["tokens"]) for g in gs) / sum(g["forwards"] for g in gs))
 
 
 def step_seconds(r, task: str) -> list[float]:
