@@ -130,13 +130,14 @@ def timing(model, rounds: int) -> dict:
     for tokens in TOKENS:
         xs = [torch.randn(int(tokens), w.shape[1], generator=gen) for w in weights]
 
-        def repeated(call):
+        def batched(call):
+            """CALLS_PER_ROUND calls of one kernel: a round's timed unit (not measure.repeated's single call)."""
             def run():
                 with torch.inference_mode():
                     for _ in range(CALLS_PER_ROUND):
                         call(xs)
             return run
-        times = measure.interleaved({name: repeated(call) for name, (call, _) in kernels.items()}, rounds=rounds)
+        times = measure.interleaved({name: batched(call) for name, (call, _) in kernels.items()}, rounds=rounds)
         out.update({(tokens, name): [t / CALLS_PER_ROUND for t in ts] for name, ts in times.items()})
     return out
 
