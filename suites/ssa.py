@@ -4,9 +4,11 @@ One 4K (and, in full mode, 8K) prefill per sample is shared by every method (a c
 cache each); the methods act at decode through the model's attention hook, with the same budget
 split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the same PQ proxy.
 Measured: attention-output relative error vs dense per layer and head (one decode step, same
-q/k/v for all), task accuracy on every long-context task, perplexity of license text decoded
-teacher-forced after a prefix of the context length (each token's NLL averaged over the methods'
-random draws at PERPLEXITY_SEEDS seeds, an interval over the tokens), and the claim numbers on the
+q/k/v for all), task accuracy on every long-context task (each sample's score averaged over the
+methods' random draws at ACCURACY_SEEDS seeds; the Wilson interval of a rate stays conservative for
+such averaged scores), perplexity of license text decoded teacher-forced after a prefix of the
+context length (each token's NLL averaged over the methods' random draws at PERPLEXITY_SEEDS seeds,
+an interval over the tokens), and the claim numbers on the
 completion task (`niah-completion`, which dense SmolLM2-135M solves, so there is something to keep): SSA's
 accuracy minus the strongest practical baseline's and SSA's share of dense accuracy, each with a
 paired-bootstrap interval over the same samples. The strongest baseline is chosen on all samples
@@ -14,8 +16,9 @@ and held fixed in the resamples (so the gain's interval leaves out the choice's 
 proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact
 keys (full mode).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (the claims'
-sparsity) 24 completion samples (the needle at 12 depths, twice). CLAIMBENCH_QUICK=1: 4K only,
-50x only, one sample per chat task and 10 completion samples (the fewest an interval is called on).
+sparsity) 24 completion samples (the needle at 12 depths, twice); three seeds per score. CLAIMBENCH_QUICK=1:
+4K only, 50x only, one sample per chat task and 10 completion samples (the fewest an interval is called
+on), one seed per score.
 """
 import functools
 import logging
@@ -43,6 +46,7 @@ SAMPLES = 1 if QUICK else 2
 COMPLETION_SAMPLES = 10 if QUICK else 24
 PERPLEXITY_TOKENS = 32  # decoded teacher-forced with each method after the shared prefill
 PERPLEXITY_SEEDS = 2 if QUICK else 4  # of the methods' own draws (SSA's samples, the PQ codebooks' k-means start)
+ACCURACY_SEEDS = 1 if QUICK else 3  # the same draws, for each task sample's score (Sparse; the proxy sweep draws once)
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head, then
@@ -90,10 +94,11 @@ def proxy_methods(sparsity: float, seed: int = 0) -> dict:
     return out
 
 
-def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> dict:
+def evaluate(length: int, make, samples: int, completion_samples: int = 0, seeds: int = 1) -> dict:
     """Accuracy per (method, task), mean accuracy over the chat tasks, attention error and
     perplexity per method, and per-sample outcomes on the completion task, for the methods make()
-    returns (fresh ones per sample; make(seed) draws with another seed), sharing one prefill per sample."""
+    returns (fresh ones per sample; make(seed) draws with another seed), sharing one prefill per sample.
+    A sample's score is its mean over the methods' draws at `seeds` seeds."""
     model, tok, eos = common.smollm2()
     names = list(make())
     tasks = {task: samples for task in longcontext.TASKS}
@@ -109,7 +114,7 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0) -> di
             for name, e in errors_of.errors.items():
                 errors[name] += e
     log.info("ssa: %d tokens, methods %s: %d samples", length, ", ".join(names), sum(tasks.values()))
-    scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe)
+    scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe, seeds=seeds)
     log.info("ssa: %d tokens: perplexity of each method", length)
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
               "completion": ({name: scores[name, longcontext.COMPLETION] for name in names}
@@ -134,13 +139,8 @@ def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
                          f"{length + PERPLEXITY_TOKENS}")
     prefix, target = ids[:length], ids[length:length + PERPLEXITY_TOKENS]
     base, _ = evaluate_llm.prefill(model, prefix[:-1], room=PERPLEXITY_TOKENS + 2)
-    decoded, nll = {}, {}  # a method's settings -> its NLL per token; name -> those of every seed
-    for seed in range(PERPLEXITY_SEEDS):
-        for name, method in make(seed).items():
-            if repr(method) not in decoded:
-                decoded[repr(method)] = evaluate_llm.teacher_forced_nll(model, base.clone(), prefix[-1], target, method)
-            nll.setdefault(name, []).append(decoded[repr(method)])
-        log.info("ssa: %d tokens: perplexity at seed %d of %d done", length, seed + 1, PERPLEXITY_SEEDS)
+    nll = evaluate_llm.over_seeds(make, PERPLEXITY_SEEDS, lambda method: evaluate_llm.teacher_forced_nll(
+        model, base.clone(), prefix[-1], target, method))  # name -> its NLL per token at every seed
     per_token = {name: [sum(seeds) / len(seeds) for seeds in zip(*runs)] for name, runs in nll.items()}
     return {name: evaluate_llm.perplexity(xs) for name, xs in per_token.items()}
 
@@ -149,7 +149,7 @@ def run(length: int, sparsity: float) -> dict:
     """One context and sparsity; the completion task (the claims' items) runs at the claims' 50x only."""
     log.info("ssa: %d tokens at %gx sparsity", length, sparsity)
     result = evaluate(length, functools.partial(make_methods, sparsity), SAMPLES,
-                      COMPLETION_SAMPLES if sparsity == 50 else 0)
+                      COMPLETION_SAMPLES if sparsity == 50 else 0, ACCURACY_SEEDS)
     if result["completion"]:
         result.update(claim_estimates(result["completion"]))
     return result
@@ -225,7 +225,7 @@ class Sparse:
 
 class ProxySweep:
     """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, low rank, exact):
-    attention error, task accuracy and perplexity. Full mode only."""
+    attention error, task accuracy (one draw per sample) and perplexity. Full mode only."""
     params = (list(PROXIES), ["ssa", "top-k"])
     param_names = ["proxy", "method"]
     timeout = 7200

@@ -99,24 +99,42 @@ def _samples(tokenizer, tasks: dict[str, int], length: int):
             yield task, seed, sample, tokenizer.encode(sample.prompt()).ids
 
 
-def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[[], dict], tasks: dict[str, int],
+def over_seeds(make_methods: Callable[..., dict], seeds: int, run: Callable) -> dict[str, list]:
+    """Per method name, run(method) for each seed < seeds, with the methods make_methods(seed) draws
+    with (make_methods() at seed 0); a method whose settings no seed changes (its repr is the same)
+    runs once and counts for every seed."""
+    done, out = {}, {}
+    for seed in range(seeds):
+        for name, method in (make_methods(seed) if seed else make_methods()).items():
+            if repr(method) not in done:
+                done[repr(method)] = run(method)
+            out.setdefault(name, []).append(done[repr(method)])
+    return out
+
+
+def task_accuracy(model: Llama, tokenizer, eos: int, make_methods: Callable[..., dict], tasks: dict[str, int],
                   length: int, new_tokens: int = 16,
-                  on_prefill: Callable[[str, int, KVCache, int], None] | None = None) -> dict[tuple[str, str], list[float]]:
+                  on_prefill: Callable[[str, int, KVCache, int], None] | None = None,
+                  seeds: int = 1) -> dict[tuple[str, str], list[float]]:
     """Per (method, task), the score of every sample (`longcontext.make(task, length, ..., seed)` for
     seed < tasks[task]). One prefill of the prompt but its last token per sample is shared by the
     methods make_methods() returns (fresh ones per sample, each decoding on its own copy);
-    on_prefill(task, seed, cache, last token) sees that prefill first."""
+    on_prefill(task, seed, cache, last token) sees that prefill first. With seeds > 1, a sample's
+    score is its mean over the methods' own random draws (`over_seeds`)."""
     names = list(make_methods())
     scores = {(name, task): [] for name in names for task in tasks}
     for done, (task, seed, sample, ids) in enumerate(_samples(tokenizer, tasks, length)):
-        log.info("  sample %d of %d (%s, %d tokens): %d methods", done + 1, sum(tasks.values()), task, len(ids),
-                 len(names))
+        log.info("  sample %d of %d (%s, %d tokens): %d methods, %d seed(s)", done + 1, sum(tasks.values()), task,
+                 len(ids), len(names), seeds)
         base, _ = prefill(model, ids[:-1], room=new_tokens + 24)
         if on_prefill is not None:
             on_prefill(task, seed, base, ids[-1])
-        for name, method in make_methods().items():
+
+        def score(method):
             out = decode(model, base.clone(), method, new_tokens, eos, token=ids[-1])
-            scores[name, task].append(longcontext.score(sample, tokenizer.decode(out)))
+            return longcontext.score(sample, tokenizer.decode(out))
+        for name, draws in over_seeds(make_methods, seeds, score).items():
+            scores[name, task].append(sum(draws) / len(draws))
     return scores
 
 

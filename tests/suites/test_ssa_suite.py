@@ -39,3 +39,20 @@ def test_perplexity_averages_the_methods_draws_over_seeds_and_decodes_the_rest_o
         assert estimate.low <= estimate.value <= estimate.high
         assert estimate.value == pytest.approx(math.exp(sum(estimate.samples) / len(estimate.samples)))
     assert out["oracle-top-k"].value == pytest.approx(out["dense"].value, rel=0.5)
+
+
+@NEEDS_TOKENIZER
+def test_task_scores_average_the_methods_draws_over_seeds_and_decode_the_rest_once(monkeypatch):
+    model, tok = stand_in()
+    calls = []
+    decode = suite.evaluate_llm.decode
+    monkeypatch.setattr(suite.evaluate_llm, "decode",
+                        lambda *a, **k: calls.append(type(a[2]).__name__) or decode(*a, **k))
+    samples, seeds = 2, 3
+    scores = suite.evaluate_llm.task_accuracy(model, tok, None, functools.partial(suite.make_methods, 50),
+                                              {suite.longcontext.COMPLETION: samples}, 384, new_tokens=4, seeds=seeds)
+    seeded = {"SSA", "PQCache", "ImportanceSampling"}
+    assert sorted(calls) == sorted(([*seeded] * seeds + ["Dense", "OracleTopK", "Quest"]) * samples)
+    for (name, _), per_sample in scores.items():
+        assert len(per_sample) == samples
+        assert all(seeds * score == pytest.approx(round(seeds * score)) for score in per_sample)  # a mean of 0/1 draws
