@@ -8,17 +8,16 @@ q/k/v for all), task accuracy on every long-context task (each sample's score av
 methods' random draws at ACCURACY_SEEDS seeds; the Wilson interval of a rate stays conservative for
 such averaged scores), perplexity of license text decoded teacher-forced after a prefix of the
 context length (each token's NLL averaged over the methods' random draws at PERPLEXITY_SEEDS seeds,
-an interval over the tokens), and the claim numbers on the
-completion task (`niah-completion`, which dense SmolLM2-135M solves, so there is something to keep): SSA's
-accuracy minus the strongest practical baseline's and SSA's share of dense accuracy, each with a
-paired-bootstrap interval over the same samples. The strongest baseline is chosen on all samples
-and held fixed in the resamples (so the gain's interval leaves out the choice's own noise). ProxySweep: SSA and
-proxy top-k at 50x with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact
-keys (full mode).
+an interval over the tokens), and the claim numbers on the completion task (`niah-completion`,
+which dense SmolLM2-135M solves, so there is something to keep): SSA's accuracy minus the strongest
+practical baseline's and SSA's share of dense accuracy, each with a paired-bootstrap interval over
+the same samples. The strongest baseline is chosen on all samples and held fixed in the resamples
+(so the gain's interval leaves out the choice's own noise). ProxySweep: SSA and proxy top-k at 50x
+with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact keys (full mode).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (the claims'
-sparsity) 24 completion samples (the needle at 12 depths, twice); three seeds per score. CLAIMBENCH_QUICK=1:
-4K only, 50x only, one sample per chat task and 10 completion samples (the fewest an interval is called
-on), one seed per score.
+sparsity) 24 completion samples (the needle at 12 depths, twice); three seeds per score.
+CLAIMBENCH_QUICK=1: 4K only, 50x only, one sample per chat task and 10 completion samples (the
+fewest an interval is called on), one seed per score.
 """
 import functools
 import logging
