@@ -13,7 +13,8 @@ which dense SmolLM2-135M solves, so there is something to keep): SSA's accuracy 
 practical baseline's and SSA's share of dense accuracy, each with a paired-bootstrap interval over
 the same samples. The strongest baseline is chosen on all samples and held fixed in the resamples
 (so the gain's interval leaves out the choice's own noise). ProxySweep: SSA and proxy top-k at 50x
-with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact keys (full mode).
+with PQ proxies from 2x6 to 8x8 bits per head, low-rank keys and the exact keys (full mode; the chat
+tasks, scored as in Sparse).
 Full mode: 4K at 50x/20x/10x and 8K at 50x, two samples per chat task; at 50x (the claims'
 sparsity) 24 completion samples (the needle at 12 depths, twice); three seeds per score.
 CLAIMBENCH_QUICK=1: 4K only, 50x only, one sample per chat task and 10 completion samples (the
@@ -45,7 +46,7 @@ SAMPLES = 1 if QUICK else 2
 COMPLETION_SAMPLES = 10 if QUICK else 24
 PERPLEXITY_TOKENS = 32  # decoded teacher-forced with each method after the shared prefill
 PERPLEXITY_SEEDS = 2 if QUICK else 4  # of the methods' own draws (SSA's samples, the PQ codebooks' k-means start)
-ACCURACY_SEEDS = 1 if QUICK else 3  # the same draws, for each task sample's score (Sparse; the proxy sweep draws once)
+ACCURACY_SEEDS = 1 if QUICK else 3  # the same draws, for each task sample's score
 PRACTICAL = ["pqcache", "quest", "importance-sampling"]  # the oracle needs exact scores: not practical
 METHODS = ["dense", "ssa", "pqcache", "oracle-top-k", "quest", "importance-sampling"]
 # The proxy is the lever (issue: "a finer proxy should be swept"): PQ sub-vectors x bits per head, then
@@ -94,7 +95,8 @@ def proxy_methods(sparsity: float, seed: int = 0) -> dict:
 
 
 def evaluate(length: int, make, samples: int, completion_samples: int = 0, seeds: int = 1) -> dict:
-    """Accuracy per (method, task), mean accuracy over the chat tasks, attention error and
+    """Accuracy per (method, task), per-sample scores on the chat tasks and their mean (an interval over
+    the samples; the tasks have as many each, so it is also the mean over tasks), attention error and
     perplexity per method, and per-sample outcomes on the completion task, for the methods make()
     returns (fresh ones per sample; make(seed) draws with another seed), sharing one prefill per sample.
     A sample's score is its mean over the methods' draws at `seeds` seeds."""
@@ -120,8 +122,9 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0, seeds
                              if completion_samples else {}),
               "error": {k: sum(v) / len(v) for k, v in errors.items()},
               "perplexity": perplexity(model, tok, length, make)}
-    result["mean"] = {name: sum(result["accuracy"][name, task] for task in longcontext.TASKS) / len(longcontext.TASKS)
-                      for name in names}
+    result["chat"] = [dict(zip(names, outcome)) for outcome in  # per chat sample: method -> score
+                      zip(*([s for task in longcontext.TASKS for s in scores[name, task]] for name in names))]
+    result["mean"] = {name: intervals.rate([item[name] for item in result["chat"]]) for name in names}
     return result
 
 
@@ -139,7 +142,8 @@ def perplexity(model, tok, length: int, make) -> dict[str, intervals.Estimate]:
     prefix, target = ids[:length], ids[length:length + PERPLEXITY_TOKENS]
     base, _ = evaluate_llm.prefill(model, prefix[:-1], room=PERPLEXITY_TOKENS + 2)
     nll = evaluate_llm.over_seeds(make, PERPLEXITY_SEEDS, lambda method: evaluate_llm.teacher_forced_nll(
-        model, base.clone(), prefix[-1], target, method))  # name -> its NLL per token at every seed
+        model, base.clone(), prefix[-1], target, method), progress=f"perplexity at {length}")
+    # nll: name -> its NLL per token at every seed
     per_token = {name: [sum(seeds) / len(seeds) for seeds in zip(*runs)] for name, runs in nll.items()}
     return {name: evaluate_llm.perplexity(xs) for name, xs in per_token.items()}
 
@@ -154,19 +158,26 @@ def run(length: int, sparsity: float) -> dict:
     return result
 
 
+def mean_score(items: list[dict], method: str) -> float:
+    return sum(item[method] for item in items) / len(items)
+
+
+def share_of_dense(items: list[dict], method: str) -> intervals.Estimate:
+    """method's mean score as % of dense's over items (method -> score, the same samples for all), with
+    a paired-bootstrap interval over the samples."""
+    return intervals.bootstrap(items, lambda xs: 100 * mean_score(xs, method) / mean_score(xs, "dense")
+                               if mean_score(xs, "dense") else float("nan"), [item[method] for item in items])
+
+
 def claim_estimates(outcomes: dict[str, list[float]]) -> dict:
     """On the completion task's samples (outcomes: method -> score per sample, same samples for
     all): SSA's gain in points over the strongest practical baseline and its share of dense, in %,
     with paired-bootstrap intervals over samples."""
-    def mean(items, method):
-        return sum(item[method] for item in items) / len(items)
     items = [dict(zip(outcomes, scores)) for scores in zip(*outcomes.values())]
-    best = max(PRACTICAL, key=lambda n: mean(items, n))
-    gain = intervals.bootstrap(items, lambda xs: 100 * (mean(xs, "ssa") - mean(xs, best)),
+    best = max(PRACTICAL, key=lambda n: mean_score(items, n))
+    gain = intervals.bootstrap(items, lambda xs: 100 * (mean_score(xs, "ssa") - mean_score(xs, best)),
                                [item["ssa"] - item[best] for item in items])
-    share = intervals.bootstrap(items, lambda xs: 100 * mean(xs, "ssa") / mean(xs, "dense") if mean(xs, "dense")
-                                else float("nan"), [item["ssa"] for item in items])
-    return {"gain": gain, "share": share, "strongest": best,
+    return {"gain": gain, "share": share_of_dense(items, "ssa"), "strongest": best,
             "completion_accuracy": {name: intervals.rate(v) for name, v in outcomes.items()}}
 
 
@@ -184,6 +195,7 @@ class Sparse:
             raise SkipNotImplemented("contexts above 4K run at 50x only (two hours of CPU otherwise)")
         return r[context, sparsity]
 
+    @evidence.estimate
     def track_mean_accuracy(self, r, context, sparsity, method):
         return self._point(r, context, sparsity)["mean"][method]
     track_mean_accuracy.unit = metrics.ACCURACY.unit
@@ -224,7 +236,8 @@ class Sparse:
 
 class ProxySweep:
     """SSA vs proxy top-k at 50x on 4K as the proxy gets finer (PQ sub-vectors x bits, low rank, exact):
-    attention error, task accuracy (one draw per sample) and perplexity. Full mode only."""
+    attention error, accuracy on the chat tasks and its share of dense (each sample's score averaged
+    over ACCURACY_SEEDS seeds, as in Sparse; intervals over the samples) and perplexity. Full mode only."""
     params = (list(PROXIES), ["ssa", "top-k"])
     param_names = ["proxy", "method"]
     timeout = 7200
@@ -232,23 +245,21 @@ class ProxySweep:
     def setup_cache(self):
         if QUICK:  # every method builds PQ codebooks per layer: minutes even for one decode step
             return {}  # (asv passes no cache at all for None)
-        return evaluate(4096, functools.partial(proxy_methods, 50), SAMPLES)
+        return evaluate(4096, functools.partial(proxy_methods, 50), SAMPLES, seeds=ACCURACY_SEEDS)
 
     def _full(self, r):
         if not r:
             raise SkipNotImplemented("the proxy sweep runs in full mode only")
         return r
 
-    def _mean(self, r):
-        return self._full(r)["mean"]
-
+    @evidence.estimate
     def track_mean_accuracy(self, r, proxy, method):
-        return self._mean(r)[f"{method}/{proxy}"]
+        return self._full(r)["mean"][f"{method}/{proxy}"]
     track_mean_accuracy.unit = metrics.ACCURACY.unit
 
+    @evidence.estimate
     def track_share_of_dense(self, r, proxy, method):
-        dense = self._mean(r)["dense"]
-        return 100 * self._mean(r)[f"{method}/{proxy}"] / dense if dense else float("nan")
+        return share_of_dense(self._full(r)["chat"], f"{method}/{proxy}")
     track_share_of_dense.unit = metrics.PERCENT_OF_DENSE.unit
 
     def track_attention_relative_error(self, r, proxy, method):

@@ -78,7 +78,8 @@ def teacher_forced_nll(model: Llama, cache: KVCache, token: int, targets: Sequen
 
 
 @torch.inference_mode()
-def windowed_perplexity(forward: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor, window: int = 1024) -> float:
+def windowed_perplexity(forward: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor,
+                        window: int = 1024) -> float:
     """Token-level perplexity of ids (1, n) over non-overlapping windows; forward maps (1, T) token
     ids to (1, T, vocab) logits (the compact model, or any other implementation of the same weights)."""
     nll, count = 0.0, 0
@@ -99,12 +100,14 @@ def _samples(tokenizer, tasks: dict[str, int], length: int):
             yield task, seed, sample, tokenizer.encode(sample.prompt()).ids
 
 
-def over_seeds(make_methods: Callable[..., dict], seeds: int, run: Callable) -> dict[str, list]:
+def over_seeds(make_methods: Callable[..., dict], seeds: int, run: Callable, progress: str = "") -> dict[str, list]:
     """Per method name, run(method) for each seed < seeds, with the methods make_methods(seed) draws
     with (make_methods() at seed 0); a method whose settings no seed changes (its repr is the same)
-    runs once and counts for every seed."""
+    runs once and counts for every seed. With `progress`, a log line per seed names it."""
     done, out = {}, {}
     for seed in range(seeds):
+        if progress:
+            log.info("  %s: seed %d of %d", progress, seed + 1, seeds)
         for name, method in (make_methods(seed) if seed else make_methods()).items():
             if repr(method) not in done:
                 done[repr(method)] = run(method)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from claimbench import evidence
 from claimbench.suites import ssa as suite
 
 from .smollm_stub import NEEDS_TOKENIZER, stand_in
@@ -56,3 +57,33 @@ def test_task_scores_average_the_methods_draws_over_seeds_and_decode_the_rest_on
     for (name, _), per_sample in scores.items():
         assert len(per_sample) == samples
         assert all(seeds * score == pytest.approx(round(seeds * score)) for score in per_sample)  # a mean of 0/1 draws
+
+
+@NEEDS_TOKENIZER
+def test_chat_accuracy_and_share_of_dense_carry_intervals_over_the_samples(monkeypatch):
+    model, tok = stand_in()
+    monkeypatch.setattr(suite.common, "smollm2", lambda: (model, tok, None))
+    monkeypatch.setattr(suite, "PERPLEXITY_TOKENS", 4)
+    monkeypatch.setattr(suite, "PERPLEXITY_SEEDS", 1)
+    samples = 2
+    r = suite.evaluate(512, functools.partial(suite.make_methods, 50), samples, seeds=2)
+    assert len(r["chat"]) == samples * len(suite.longcontext.TASKS)
+    for name, mean in r["mean"].items():
+        scores = [item[name] for item in r["chat"]]
+        assert mean.n == len(scores) and mean.value == pytest.approx(sum(scores) / len(scores))
+        assert mean.value == pytest.approx(sum(r["accuracy"][name, task] for task in suite.longcontext.TASKS)
+                                           / len(suite.longcontext.TASKS))
+        assert mean.low <= mean.value <= mean.high
+        assert suite.Sparse().track_mean_accuracy({("512", "50"): r}, "512", "50", name) == mean.value
+
+
+def test_proxy_sweep_share_of_dense_is_paired_over_the_chat_samples(monkeypatch, tmp_path):
+    n = 12
+    chat = [{"dense": 1.0 if i < 8 else 0.0, "ssa/exact": 1.0 if i < 4 else 0.0, "top-k/exact": 0.0} for i in range(n)]
+    monkeypatch.setenv(evidence.ENV, str(tmp_path / "run.evidence.jsonl"))
+    assert suite.ProxySweep().track_share_of_dense({"chat": chat}, "exact", "ssa") == pytest.approx(50.0)
+    assert suite.ProxySweep().track_share_of_dense({"chat": chat}, "exact", "top-k") == 0.0
+    recorded = evidence.read(tmp_path / "run.evidence.jsonl")
+    share = recorded["ssa.ProxySweep.track_share_of_dense", evidence.params_key({"proxy": "exact", "method": "ssa"})]
+    assert share["n"] == n and share["low"] < 50.0 < share["high"]
+    assert math.isnan(suite.share_of_dense([{"dense": 0.0, "ssa": 0.0}] * n, "ssa").value)  # dense scored nothing
