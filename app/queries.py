@@ -213,13 +213,15 @@ def tradeoff(version, paper: str) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False)
 def sweep(version, paper: str) -> pd.DataFrame:
-    """(machine, x, series, metric, value) of the paper's sweep, newest commit per machine."""
+    """(machine, x, series, metric, value, low, high) of the paper's sweep, newest commit per machine; low
+    and high are the value's 95% interval where the suite recorded one."""
     spec = registry.load().paper(paper).sweep
     df = latest_per_machine(results(version, spec.prefix))
-    rows = [dict(machine=r["machine"], x=r[spec.x], series=r[spec.series], metric=label, value=r["value"])
+    rows = [dict(machine=r["machine"], x=r[spec.x], series=r[spec.series], metric=label, value=r["value"],
+                 low=r["low"], high=r["high"])
             for name, label in spec.metrics.items()
             for _, r in df[df["benchmark"] == spec.prefix + name].iterrows() if pd.notna(r["value"])]
-    return pd.DataFrame(rows, columns=["machine", "x", "series", "metric", "value"])
+    return pd.DataFrame(rows, columns=["machine", "x", "series", "metric", "value", "low", "high"])
 
 
 def pareto(df: pd.DataFrame) -> pd.Series:

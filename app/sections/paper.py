@@ -78,13 +78,16 @@ if sweep:
     points = queries.sweep(version, paper_id)
     if not points.empty:
         st.subheader("Sweep")
-        st.caption(sweep.title)
-        chart = alt.Chart(points).mark_line(point=True).encode(
+        st.caption(sweep.title + "; bars: the 95% interval, where it was recorded.")
+        base = alt.Chart(points).encode(
             x=alt.X("x:N", title=sweep.x, sort=list(sweep.x_order)), y=alt.Y("value:Q", title=None),
             color=alt.Color("series:N", title=sweep.series), strokeDash="machine:N",
-            tooltip=["machine", "x", "series", "metric", "value"],
-        ).properties(width=260, height=220).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(
-            y="independent")
+            tooltip=["machine", "x", "series", "metric", "value", "low", "high"])
+        layers = base.mark_line(point=True)
+        if points["low"].notna().any():  # a layer of no bars leaves vega an empty extent (its warnings)
+            layers += base.mark_rule().encode(y="low:Q", y2="high:Q", strokeDash=alt.value([1, 0]))
+        chart = layers.properties(width=260, height=220).facet(facet=alt.Facet("metric:N", title=None),
+                                                               columns=3).resolve_scale(y="independent")
         st.altair_chart(chart)
 
 board = specs.board(paper["task"])

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from claimbench import asvfiles, environment, ingest
+from claimbench import asvfiles, environment, evidence, ingest, intervals
 
 DATASETS = ["glove-50-angular", "spectrum-256-decay1.5"]
 TARGETS = ["0.999", "0.9999"]
@@ -45,11 +45,17 @@ def lychee_run(results, machine, i, speedups, identical, machine_info=None):
         "agent_cache.Claim.track_recent_accuracy_vs_full": (["provider"], [["anthropic"]], [1.0], "accuracy ratio"),
     })
     proxies = (["proxy", "method"], [["pq-2x6", "exact"], ["ssa", "top-k"]])
+    shares = [33.0, 33.0, 100.0, 130.0]
     benches.update({
-        "ssa.ProxySweep.track_share_of_dense": (*proxies, [33.0, 33.0, 100.0, 130.0], "%"),
+        "ssa.ProxySweep.track_share_of_dense": (*proxies, shares, "%"),
         "ssa.ProxySweep.track_attention_relative_error": (*proxies, [0.34, 0.29, 0.13, 0.18], "relative error"),
     })
-    asvfiles.write_run(results, machine, f"{i + 1:08x}" + "0" * 32, 1_700_000_000_000 + i * 86_400_000, benches)
+    commit = f"{i + 1:08x}" + "0" * 32
+    asvfiles.write_run(results, machine, commit, 1_700_000_000_000 + i * 86_400_000, benches)
+    for (proxy, method), share in zip(itertools.product(*proxies[1]), shares):  # the share's interval, as a run keeps it
+        evidence.record("ssa.ProxySweep.track_share_of_dense", {"proxy": proxy, "method": method},
+                        intervals.Estimate(share, share - 20, share + 20, 12, "paired bootstrap over items"),
+                        results / machine / f"{commit[:8]}{evidence.SUFFIX}")
     if machine_info:
         (results / machine / environment.SIDECAR).write_text(json.dumps(machine_info))
 

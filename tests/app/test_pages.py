@@ -147,6 +147,11 @@ def test_paper_page_draws_the_suites_sweep(use_db):
     sweep = queries.sweep(queries.db_version(), "ssa")
     exact = sweep[(sweep["machine"] == "cpu-box") & (sweep["x"] == "exact")]
     assert set(exact["metric"]) == {"task accuracy, % of dense", "attention-output relative error"}
+    share = exact[(exact["metric"] == "task accuracy, % of dense") & (exact["series"] == "ssa")].iloc[0]
+    assert (share["low"], share["value"], share["high"]) == (80.0, 100.0, 120.0)  # the interval, for the bars
+    assert exact[exact["metric"] == "attention-output relative error"]["low"].isna().all()  # none recorded
+    spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    assert {"mark": {"type": "rule"}} in [{"mark": layer["mark"]} for layer in spec["spec"]["layer"]]
 
 
 def test_alerts_page_lists_the_regression_and_gate(use_db):
