@@ -25,12 +25,14 @@ which keeps relative step sizes, so asv's relative threshold means the same in b
 a higher-is-better series that crosses zero is negated instead.
 
 A step between two runs that both kept the samples their value came from (the rounds of a median,
-the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them: a one-sided
-rank-sum test over the reference run's samples and the newest run's (intervals.rank_sum_pvalue).
-When p >= NOISE_P the rounds cannot tell the two runs apart: the alert is listed as within noise,
-with its p-value, and is not open. A step with p below it says its p-value and stays open. Rounds
-show one run's noise, not the spread between runs (another load on the machine); a step no file on
-the code path explains still says so.
+the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them, one-sided,
+over the reference run's samples and the newest run's: rounds by a rank-sum test
+(intervals.rank_sum_pvalue; a median), items by a permutation test of their means
+(intervals.mean_difference_pvalue; a rate is a mean, and items averaged over draws would outrank
+zeros whatever their mean). When p >= NOISE_P the samples cannot tell the two runs apart: the alert
+is listed as within noise, with its p-value, and is not open. A step with p below it says its
+p-value and stays open. Rounds show one run's noise, not the spread between runs (another load on
+the machine); a step no file on the code path explains still says so.
 
 A step in a wall-clock series (a time, queries/s, tokens/s: metrics.wall_clock) between two runs
 that both timed the machine-speed probes (claimbench.machinespeed) says whether the machine slowed
@@ -74,12 +76,13 @@ CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOT_THE_CODE = "not the code"  # the status of a step a recheck traced to the machine ([...alerts.rechecked])
 BANDWIDTH_BENCHMARK = "track_memory_bandwidth"  # a class's copy bandwidth in its own rounds (machinespeed.memory_copy)
-NOISE_P = 0.05  # a step whose two runs' samples give a rank-sum p-value at or above this is within noise
-MIN_SAMPLES = 5  # samples each run needs for the rank-sum test
-# estimates whose value is a median or a share of their samples. Not a paired bootstrap's: its items
-# (spans' or tokens' NLLs) can differ far more among themselves than a real step moves each of them,
-# and an unpaired rank test would call such a step noise.
-RANK_TESTED = ("order statistics", "Wilson")
+NOISE_P = 0.05  # a step whose two runs' samples give a p-value at or above this is within noise
+MIN_SAMPLES = 5  # samples each run needs for the test
+# estimates whose value is a median or a share of their samples, each with its test. Not a paired bootstrap's:
+# its items (spans' or tokens' NLLs) can differ far more among themselves than a real step moves each of
+# them, and an unpaired test would call such a step noise.
+NOISE_TESTS = {"order statistics": ("rank-sum test", intervals.rank_sum_pvalue),
+               "Wilson": ("permutation test of the means", intervals.mean_difference_pvalue)}
 
 
 def _alerts_config(path) -> dict:
@@ -220,7 +223,7 @@ def detect(values: list[float], direction: str, threshold: float) -> list[tuple[
 
 def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
     """Both rules over every series; a step with no change on its suite's code path (git at root) says so,
-    and one whose two runs kept their samples carries its rank-sum test (module docstring)."""
+    and one whose two runs kept their samples carries its test on them (module docstring)."""
     rows = con.execute(
         """SELECT x.benchmark, x.params, r.machine, x.direction, r.commit_hash, r.commit_date, x.value, r.mode,
                   r.inputs, x.samples, json_extract_string(x.interval, '$.method'), x.unit, r.machine_speed, r.run_id
@@ -232,7 +235,8 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
          run) in rows:
         suite = inputs.suite_of(bench)
         fingerprint = inputs.key(json.loads(recorded or "{}").get(suite))
-        testable = samples if method and method.startswith(RANK_TESTED) else None
+        test = next((test for prefix, test in NOISE_TESTS.items() if method and method.startswith(prefix)), None)
+        testable = (samples, test) if samples and test else None
         probes = json.loads(speed).get(suite) if speed and metrics.wall_clock(bench, unit) else None
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
             (commit, date, value, testable, probes, run))
@@ -244,7 +248,7 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
         for before, after, v_before, v_after, rule in detect(values, direction, threshold):
             commit, date = points[after][:2]
             reference = _reference_point(values, before, v_before)
-            noise, noise_note = _rank_test(points[reference][3], points[-1][3], direction)
+            noise, noise_note = _noise_test(points[reference][3], points[-1][3], direction)
             machine_note = _machine_note(points[reference][4], points[-1][4], v_before, v_after, direction, threshold)
             machine_note += _bandwidth_note(bandwidths, bench, params, points[reference][5], points[-1][5])
             alerts.append(Alert("regression", bench, params, machine, commit, date, v_before, v_after,
@@ -297,16 +301,20 @@ def _reference_point(values: list[float], before: int, v_before: float) -> int:
     return next((i for i in reversed(window) if values[i] == v_before), before)
 
 
-def _rank_test(reference: list[float] | None, newest: list[float] | None, direction: str) -> tuple[bool, str]:
-    """(within noise?, a clause for the detail) from the two runs' samples; (False, '') without them."""
-    if not reference or not newest or min(len(reference), len(newest)) < MIN_SAMPLES:
+def _noise_test(reference: tuple | None, newest: tuple | None, direction: str) -> tuple[bool, str]:
+    """(within noise?, a clause for the detail) from the two runs' (samples, NOISE_TESTS entry); (False, '')
+    without them, or where the two runs' estimates are not of one kind."""
+    if not reference or not newest or reference[1] != newest[1]:
         return False, ""
-    better, worse = (reference, newest) if direction == "higher" else (newest, reference)
-    p = intervals.rank_sum_pvalue(better, worse)
+    (before, (name, pvalue)), (after, _) = reference, newest
+    if min(len(before), len(after)) < MIN_SAMPLES:
+        return False, ""
+    better, worse = (before, after) if direction == "higher" else (after, before)
+    p = pvalue(better, worse)
     if p >= NOISE_P:
-        return True, (f"; within noise: the two runs' samples ({len(reference)} and {len(newest)}) do not tell them "
-                      f"apart (one-sided rank-sum test, p = {p:.2f})")
-    return False, f"; rank-sum test over the two runs' {len(reference)} and {len(newest)} samples: p = {p:.3f}"
+        return True, (f"; within noise: the two runs' samples ({len(before)} and {len(after)}) do not tell them "
+                      f"apart (one-sided {name}, p = {p:.2f})")
+    return False, f"; {name} over the two runs' {len(before)} and {len(after)} samples: p = {p:.3f}"
 
 
 def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
@@ -389,7 +397,7 @@ def markdown(alerts: list[Alert]) -> str:
     lines += _table(open_)
     if noise:
         lines += ["", f"### Within noise ({len(noise)}): steps the two runs' own samples cannot tell apart "
-                      f"(rank-sum test, p >= {NOISE_P})", ""]
+                      f"(rank-sum test of rounds, permutation test of items' means; p >= {NOISE_P})", ""]
         lines += _table(noise)
     if acknowledged:
         lines += ["", f"### Acknowledged ({len(acknowledged)}): intended changes, each with its reason", ""]

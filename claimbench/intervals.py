@@ -15,7 +15,10 @@
   by random sign flips; `holm` corrects many such tests at once.
 - Two runs' samples (`rank_sum_pvalue`, the rounds of one benchmark at two commits): the one-sided
   Wilcoxon rank-sum (Mann-Whitney) p-value that the first run's values lie above the second's, by
-  random relabelling of the pooled ranks (ties share their mean rank).
+  random relabelling of the pooled ranks (ties share their mean rank). Two runs' items of a rate
+  (`mean_difference_pvalue`): the same relabelling on the values themselves, testing their means, which
+  a rate is: scores in [0, 1] that are means over draws (1/3, 2/3) would rank above a run's zeros
+  however much lower their mean is.
 Every estimate says how many samples it rests on and how many it needs (`min_n`); below that,
 verdicts call it inconclusive.
 """
@@ -183,6 +186,22 @@ def rank_sum_pvalue(above: Sequence[float], below: Sequence[float], permutations
     rng = np.random.default_rng(seed)
     shuffled = np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]
     return float((1 + np.count_nonzero(ranks[shuffled].sum(axis=1) >= observed - 1e-9)) / (1 + permutations))
+
+
+def mean_difference_pvalue(above: Sequence[float], below: Sequence[float], permutations: int = 10_000,
+                           seed: int = 0) -> float:
+    """One-sided p-value that the mean of `above` exceeds the mean of `below`: the share of random splits
+    of the pooled values into groups of these sizes whose first group's mean minus the second's is at
+    least the observed one (the observed split counted once)."""
+    a, b = np.asarray(above, dtype=np.float64), np.asarray(below, dtype=np.float64)
+    if a.ndim != 1 or b.ndim != 1 or not len(a) or not len(b):
+        raise ValueError("above, below: non-empty 1-d sequences")
+    pooled = np.concatenate([a, b])
+    observed = a.mean() - b.mean()
+    rng = np.random.default_rng(seed)
+    first = pooled[np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]].sum(axis=1)
+    differences = first / len(a) - (pooled.sum() - first) / len(b)
+    return float((1 + np.count_nonzero(differences >= observed - 1e-12)) / (1 + permutations))
 
 
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:

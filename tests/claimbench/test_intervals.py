@@ -88,3 +88,16 @@ def test_rank_sum_pvalue_is_calibrated_under_no_change_and_small_for_a_shift():
     assert intervals.rank_sum_pvalue([1.0] * 6, [1.0] * 6) == 1.0  # all tied: no evidence either way
     with pytest.raises(ValueError):
         intervals.rank_sum_pvalue([], [1.0])
+
+
+def test_mean_difference_pvalue_is_calibrated_under_no_change_and_small_for_a_drop():
+    rng = np.random.default_rng(0)
+    null = [intervals.mean_difference_pvalue(rng.random(24) < 0.3, rng.random(24) < 0.3, permutations=2000)
+            for _ in range(300)]
+    assert np.mean(np.array(null) < 0.05) <= 0.08  # at most about 5% of no-change pairs (0/1 ties make it fewer)
+    seven, thirds = [1.0] * 7 + [0.0] * 17, [1 / 3] * 5 + [0.0] * 19
+    assert intervals.mean_difference_pvalue(seven, thirds) < 0.05 < intervals.rank_sum_pvalue(seven, thirds)
+    assert intervals.mean_difference_pvalue(thirds, seven) > 0.95  # one-sided
+    assert intervals.mean_difference_pvalue([1.0] * 6, [1.0] * 6) == 1.0  # all equal: no evidence either way
+    with pytest.raises(ValueError):
+        intervals.mean_difference_pvalue([1.0], [])
