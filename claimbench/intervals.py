@@ -171,10 +171,9 @@ def rank_sum_pvalue(above: Sequence[float], below: Sequence[float], permutations
                     seed: int = 0) -> float:
     """One-sided p-value that the values of `above` tend to exceed those of `below`: the share of
     random splits of the pooled ranks into groups of these sizes whose first group's rank sum is at
-    least the observed one (the observed split counted once)."""
-    a, b = np.asarray(above, dtype=np.float64), np.asarray(below, dtype=np.float64)
-    if a.ndim != 1 or b.ndim != 1 or not len(a) or not len(b):
-        raise ValueError("above, below: non-empty 1-d sequences")
+    least the observed one (the observed split counted once): `mean_difference_pvalue` on the ranks
+    (with the sizes fixed, a larger rank sum is a larger difference of mean ranks)."""
+    a, b = _two_samples(above, below)
     pooled = np.concatenate([a, b])
     order = np.argsort(pooled, kind="stable")
     ranks = np.empty(len(pooled))
@@ -182,10 +181,7 @@ def rank_sum_pvalue(above: Sequence[float], below: Sequence[float], permutations
     for value in np.unique(pooled):  # ties: the mean of the ranks they span
         tied = pooled == value
         ranks[tied] = ranks[tied].mean()
-    observed = ranks[:len(a)].sum()
-    rng = np.random.default_rng(seed)
-    shuffled = np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]
-    return float((1 + np.count_nonzero(ranks[shuffled].sum(axis=1) >= observed - 1e-9)) / (1 + permutations))
+    return mean_difference_pvalue(ranks[:len(a)], ranks[len(a):], permutations, seed)
 
 
 def mean_difference_pvalue(above: Sequence[float], below: Sequence[float], permutations: int = 10_000,
@@ -193,15 +189,23 @@ def mean_difference_pvalue(above: Sequence[float], below: Sequence[float], permu
     """One-sided p-value that the mean of `above` exceeds the mean of `below`: the share of random splits
     of the pooled values into groups of these sizes whose first group's mean minus the second's is at
     least the observed one (the observed split counted once)."""
+    a, b = _two_samples(above, below)
+    pooled = np.concatenate([a, b])
+    total = pooled.sum()
+
+    def difference(first_sum):  # the same arithmetic for the observed split and the random ones
+        return first_sum / len(a) - (total - first_sum) / len(b)
+    rng = np.random.default_rng(seed)
+    first = pooled[np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]].sum(axis=1)
+    tolerance = 1e-9 * (1 + np.abs(pooled).max())  # summation order only, far below one item's move
+    return float((1 + np.count_nonzero(difference(first) >= difference(a.sum()) - tolerance)) / (1 + permutations))
+
+
+def _two_samples(above: Sequence[float], below: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     a, b = np.asarray(above, dtype=np.float64), np.asarray(below, dtype=np.float64)
     if a.ndim != 1 or b.ndim != 1 or not len(a) or not len(b):
         raise ValueError("above, below: non-empty 1-d sequences")
-    pooled = np.concatenate([a, b])
-    observed = a.mean() - b.mean()
-    rng = np.random.default_rng(seed)
-    first = pooled[np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]].sum(axis=1)
-    differences = first / len(a) - (pooled.sum() - first) / len(b)
-    return float((1 + np.count_nonzero(differences >= observed - 1e-12)) / (1 + permutations))
+    return a, b
 
 
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
