@@ -122,8 +122,7 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0, seeds
                              if completion_samples else {}),
               "error": {k: sum(v) / len(v) for k, v in errors.items()},
               "perplexity": perplexity(model, tok, length, make)}
-    result["chat"] = [dict(zip(names, outcome)) for outcome in  # per chat sample: method -> score
-                      zip(*([s for task in longcontext.TASKS for s in scores[name, task]] for name in names))]
+    result["chat"] = per_sample({name: [s for task in longcontext.TASKS for s in scores[name, task]] for name in names})
     result["mean"] = {name: intervals.rate([item[name] for item in result["chat"]]) for name in names}
     return result
 
@@ -158,6 +157,11 @@ def run(length: int, sparsity: float) -> dict:
     return result
 
 
+def per_sample(outcomes: dict[str, list[float]]) -> list[dict]:
+    """method -> score per sample (the same samples for all), turned into one method -> score dict per sample."""
+    return [dict(zip(outcomes, scores)) for scores in zip(*outcomes.values())]
+
+
 def mean_score(items: list[dict], method: str) -> float:
     return sum(item[method] for item in items) / len(items)
 
@@ -173,7 +177,7 @@ def claim_estimates(outcomes: dict[str, list[float]]) -> dict:
     """On the completion task's samples (outcomes: method -> score per sample, same samples for
     all): SSA's gain in points over the strongest practical baseline and its share of dense, in %,
     with paired-bootstrap intervals over samples."""
-    items = [dict(zip(outcomes, scores)) for scores in zip(*outcomes.values())]
+    items = per_sample(outcomes)
     best = max(PRACTICAL, key=lambda n: mean_score(items, n))
     gain = intervals.bootstrap(items, lambda xs: 100 * (mean_score(xs, "ssa") - mean_score(xs, best)),
                                [item["ssa"] - item[best] for item in items])
