@@ -139,7 +139,8 @@ def cmd_app(args) -> int:
 
     from claimbench.app import queries, views  # noqa: F401
     sys.argv = ["streamlit", "run", str(app), "--server.address", args.host, "--server.port", str(args.port),
-                "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+                "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                "--client.toolbarMode", "viewer"]  # no Deploy button: the leaderboard is served where it runs
     print(f"claimbench leaderboard: http://{args.host}:{args.port}", flush=True)
     return streamlit_cli.main()
 

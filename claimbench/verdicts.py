@@ -81,10 +81,11 @@ class Verdict:
 
     @property
     def interval_text(self) -> str:
-        """'7.6x [6.5, 8.4]', or the value alone where no interval was recorded."""
+        """'7.6x [6.5, 8.4]', '21% [17, 26]', '0.2 points [-1, 1]', or the value alone where no interval was
+        recorded: a unit that starts with x or % sits against the number, any other after a space."""
         if self.measured is None:
             return ""
-        unit = "x" if self.claim.unit == "x" else f" {self.claim.unit}"
+        unit = self.claim.unit if self.claim.unit.startswith(("x", "%")) else f" {self.claim.unit}"
         return bracketed(self.measured, self.low, self.high, digits=3, unit=unit)
 
 

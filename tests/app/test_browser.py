@@ -43,6 +43,7 @@ def test_claims_page_shows_a_known_claim_verdict_and_plot(server, page):
     url, _ = server
     visit(page, url + "/", "claims", "Claims vs measured")
     assert "Claims vs measured" in page.inner_text("body")
+    assert "Deploy" not in page.inner_text("body")  # the viewer toolbar: no Streamlit Cloud button
     page.wait_for_selector(".vega-embed", timeout=30_000)
     frame = page.locator("[data-testid='stDataFrame']").first
     frame.wait_for(timeout=30_000)

@@ -154,6 +154,12 @@ def test_a_result_without_an_interval_is_judged_by_its_point_and_marked():
     assert with_interval.interval_text == "2.5x [1.5, 3]"
 
 
+@pytest.mark.parametrize("unit, text", [("x the default build", "2.5x the default build"), ("%", "2.5%"),
+                                        ("% caught", "2.5% caught"), ("points", "2.5 points")])
+def test_a_unit_of_x_or_percent_sits_against_the_number(unit, text):
+    assert verdicts.judge(claim(unit=unit), {P(): 2.5}).interval_text == text
+
+
 def test_a_folded_claim_takes_the_deciding_combinations_interval():
     measured = {P(d="a"): 3.0, P(d="b"): 1.2}
     found = {P(d="a"): {"low": 2.5, "high": 3.5, "n": 7, "min_n": 6}, P(d="b"): {"low": 0.5, "high": 2.0, "n": 7,
