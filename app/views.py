@@ -1,4 +1,6 @@
 """Small pieces every page shares: the empty-store notice, the run's progress, the verdict colours and badges."""
+import re
+
 import altair as alt
 import streamlit as st
 
@@ -45,6 +47,21 @@ CLAIM_COLUMNS = {"paper": st.column_config.TextColumn(pinned=True), "claim": st.
                  "badge": st.column_config.TextColumn("verdict"),
                  "interval": st.column_config.TextColumn("measured [95% interval]"),
                  "why": st.column_config.TextColumn(width="large")}
+
+
+def literal(text: str) -> str:
+    """Text for st.markdown as written: $ (math), * and ~ (emphasis, strike-through) escaped."""
+    return re.sub(r"([$*~])", r"\\\1", text)
+
+
+def table_with_reader(df, column_config: dict, read, key: str) -> None:
+    """A table whose long cells clip in the grid, and the row a reader selects (the box at its left edge)
+    written out in full below it by read(row)."""
+    event = st.dataframe(df, hide_index=True, width="stretch", column_config=column_config, on_select="rerun",
+                         selection_mode="single-row", key=key)
+    for position in event.selection.rows:
+        with st.container(border=True):
+            read(df.iloc[position])
 
 
 # Categories in distinct hues (Streamlit's own palette starts with two blues: Lychee and faiss, or two

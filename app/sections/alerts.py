@@ -2,10 +2,20 @@
 within noise, the acknowledged ones and those a recheck traced to the machine, newest first."""
 import urllib.parse
 
+import pandas as pd
 import streamlit as st
 
 from claimbench import alerts
 from claimbench.app import queries, views
+
+
+def read_alert(row) -> None:
+    moved = "" if pd.isna(row.change) else f", {row.change:+.1%} ({row.before:.4g} -> {row.after:.4g})"
+    st.markdown(f"**{row.benchmark}** " + views.literal(f"{row.params or ''} on {row.machine}: {row.kind}, "
+                                                        f"{row.status}{moved}"))
+    st.markdown(views.literal(row.detail))
+    st.caption(f"commit {row.commit} · [open its series]({row.series})")
+
 
 version = queries.db_version()
 st.title("Alerts")
@@ -37,8 +47,8 @@ if not df.empty:
     # what moved, where and by how much first (the benchmark pinned), then why
     df = df[["benchmark", "machine", "change", "kind", "status", "params", "commit", "detail", "series", "before",
              "after", "commit_date"]]
-    st.dataframe(df, hide_index=True, width="stretch",
-                 column_config={"benchmark": st.column_config.TextColumn(pinned=True),
-                                "series": st.column_config.LinkColumn("series", display_text="open series"),
-                                "change": st.column_config.NumberColumn(format="percent"),
-                                "detail": st.column_config.TextColumn(width="large")})
+    st.caption("Select a row (the box at its left edge) to read its detail in full.")
+    views.table_with_reader(df, {"benchmark": st.column_config.TextColumn(pinned=True),
+                                 "series": st.column_config.LinkColumn("series", display_text="open series"),
+                                 "change": st.column_config.NumberColumn(format="percent"),
+                                 "detail": st.column_config.TextColumn(width="large")}, read_alert, key="alerts")
