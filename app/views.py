@@ -54,14 +54,28 @@ def literal(text: str) -> str:
     return re.sub(r"([$*~])", r"\\\1", text)
 
 
-def table_with_reader(df, column_config: dict, read, key: str) -> None:
-    """A table whose long cells clip in the grid, and the row a reader selects (the box at its left edge)
-    written out in full below it by read(row)."""
-    event = st.dataframe(df, hide_index=True, width="stretch", column_config=column_config, on_select="rerun",
-                         selection_mode="single-row", key=key)
+def table_with_reader(df, columns: list[str], column_config: dict, read, key: str) -> None:
+    """df's columns as a table whose long cells clip in the grid, and the row a reader selects (the box at
+    its left edge) written out in full below it by read(row), which sees every column of df."""
+    df = df[columns + [column for column in df.columns if column not in columns]]  # the shown ones first
+    event = st.dataframe(df, hide_index=True, width="stretch", column_order=columns, column_config=column_config,
+                         on_select="rerun", selection_mode="single-row", key=key)
     for position in event.selection.rows:
         with st.container(border=True):
             read(df.iloc[position])
+
+
+def read_claim(row) -> None:
+    """One claim row of queries.claims in full: verdict, measured, the claim's words, why, and across machines."""
+    st.markdown(f"**{row.paper} / {row.claim}** on {row.machine}: "
+                + literal(row.badge + (f", measured {row.interval}" if row.interval else "")))
+    st.markdown(literal(f"Claimed: {row.claimed}" + (f" ({row.conditions})" if row.conditions else "")))
+    for label, text in (("Why", row.why), ("Measured instead of the paper's setting", row.substitution),
+                        ("Across machines", row.across)):
+        if text:
+            st.markdown(f"{label}: {literal(text)}")
+    if row.commit:
+        st.caption(f"commit {row.commit} · {row['mode']} run, {row.inputs}")
 
 
 # Categories in distinct hues (Streamlit's own palette starts with two blues: Lychee and faiss, or two

@@ -44,11 +44,11 @@ if not df.empty:
         if chosen:
             df = df[df[column].isin(chosen)]
     df = df.assign(series=[f"paper?series={urllib.parse.quote(b)}" for b in df["benchmark"]])
-    # what moved, where and by how much first (the benchmark pinned), then why
-    df = df[["benchmark", "machine", "change", "kind", "status", "params", "commit", "detail", "series", "before",
-             "after", "commit_date"]]
     st.caption("Select a row (the box at its left edge) to read its detail in full.")
-    views.table_with_reader(df, {"benchmark": st.column_config.TextColumn(pinned=True),
-                                 "series": st.column_config.LinkColumn("series", display_text="open series"),
-                                 "change": st.column_config.NumberColumn(format="percent"),
-                                 "detail": st.column_config.TextColumn(width="large")}, read_alert, key="alerts")
+    # what moved, where and by how much first (the benchmark pinned), then why
+    views.table_with_reader(df, ["benchmark", "machine", "change", "kind", "status", "params", "commit", "detail",
+                                 "series", "before", "after", "commit_date"],
+                            {"benchmark": st.column_config.TextColumn(pinned=True),
+                             "series": st.column_config.LinkColumn("series", display_text="open series"),
+                             "change": st.column_config.NumberColumn(format="percent"),
+                             "detail": st.column_config.TextColumn(width="large")}, read_alert, key="alerts")

@@ -24,26 +24,14 @@ for column, chosen in (("paper", paper), ("tier", tier), ("machine", machine), (
     if chosen:
         shown = shown[shown[column].isin(chosen)]
 
-def read_claim(row) -> None:
-    st.markdown(f"**{row.paper} / {row.claim}** on {row.machine}: "
-                + views.literal(row.badge + (f", measured {row.interval}" if row.interval else "")))
-    st.markdown(views.literal(f"Claimed: {row.claimed}" + (f" ({row.conditions})" if row.conditions else "")))
-    for label, text in (("Why", row.why), ("Measured instead of the paper's setting", row.substitution),
-                        ("Across machines", row.across)):
-        if text:
-            st.markdown(f"{label}: {views.literal(text)}")
-    if row.commit:
-        st.caption(f"commit {row.commit} · {row['mode']} run, {row.inputs}")
-
-
 side_by_side = st.toggle("Machines side by side", help="one row per claim, one column group per machine "
                                                        "(verdict, measured, commit): a fleet run's machines at a glance")
 if side_by_side:
     st.dataframe(queries.by_machine(shown), hide_index=True, width="stretch")
 else:
     st.caption("Select a row (the box at its left edge) to read its claim, verdict and reasons in full.")
-    table = shown[[*views.CLAIM_ORDER, "tier", "why", "conditions", "substitution", "commit", "across"]]
-    views.table_with_reader(table, views.CLAIM_COLUMNS, read_claim, key="claims")
+    views.table_with_reader(shown, [*views.CLAIM_ORDER, "tier", "why", "conditions", "substitution", "commit"],
+                            views.CLAIM_COLUMNS, views.read_claim, key="claims")
 counts = shown.groupby("verdict").size().reset_index(name="claims")
 chart = alt.Chart(counts).mark_bar().encode(
     x=alt.X("claims:Q", title="claims x machines"),

@@ -24,8 +24,9 @@ views.empty_notice(queries.has_results(version))
 
 claims = all_claims[all_claims["paper"] == paper_id]
 st.subheader("Claims")
-st.dataframe(claims[[*views.CLAIM_ORDER[1:], "why", "substitution"]], hide_index=True, width="stretch",
-             column_config=views.CLAIM_COLUMNS)
+st.caption("Select a row (the box at its left edge) to read it in full.")
+views.table_with_reader(claims, [*views.CLAIM_ORDER[1:], "why", "substitution"], views.CLAIM_COLUMNS,
+                        views.read_claim, key="paper-claims")
 for claim_id, across in claims.drop_duplicates("claim")[["claim", "across"]].itertuples(index=False):
     if across:
         st.caption(f"**{claim_id}** across machines: {across}")

@@ -86,16 +86,18 @@ def test_every_page_loads(server, page, path, expect):
 
 
 @pytest.mark.parametrize("path, heading, reading", [("", "Claims vs measured", "Claimed:"),
+                                                     ("paper?paper=lychee", "Lychee", "Claimed:"),
                                                      ("alerts", "Alerts", "open its series")])
 def test_a_selected_row_is_written_out_in_full(server, page, path, heading, reading):
     url, _ = server
-    visit(page, f"{url}/{path}", f"{path or 'claims'}-unselected", heading)
+    name = path.split("?")[0] or "claims"
+    visit(page, f"{url}/{path}", f"{name}-unselected", heading)
     grid = page.locator("[data-testid='stDataFrame']").first
     grid.wait_for(timeout=30_000)
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 12, box["y"] + 52)  # the selection box of the first row, under the 35 px header
     page.get_by_text(reading).first.wait_for(timeout=30_000)
-    page.screenshot(path=str(ARTIFACTS / f"{path or 'claims'}-selected.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}-selected.png"), full_page=True)
 
 
 def test_ingest_while_serving(server, page, tmp_path):
