@@ -73,6 +73,21 @@ def cmd_fleet_run(args) -> int:
     return 0 if all(o.status != "failed" for o in outcomes) else 1
 
 
+def _results_store(args, required: bool = True) -> Path | None:
+    """The store the results are read from. Where it holds none: an error when required (a mistyped --db would
+    read as 'nothing measured', and `report` would write that into reports/), else a note and None."""
+    path = store.db_path(args.db)
+    with store.connect(path, read_only=True) as con:
+        if con is not None and con.execute("SELECT count(*) FROM results").fetchone()[0]:
+            return path
+    empty = (f"{path} holds no results: `claimbench ingest reports/results` loads the shipped reference results, "
+             "`make run` this machine's quick runs as well")
+    if required:
+        raise FileNotFoundError(empty)
+    print(f"claimbench {args.command}: {empty}", file=sys.stderr)
+    return None
+
+
 def _verdicts(args, con) -> list[verdicts.Verdict]:
     reg = registry.load(args.papers)
     verdicts.sync_registry(con, reg)
@@ -80,8 +95,14 @@ def _verdicts(args, con) -> list[verdicts.Verdict]:
 
 
 def cmd_claims(args) -> int:
-    with store.connect(args.db) as con:
-        latest = _verdicts(args, con)
+    for paper_id in args.paper or []:
+        registry.load(args.papers).paper(paper_id)  # an unknown id is an error naming the known ones
+    path = _results_store(args, required=False)
+    if path is None:  # the claims alone, every one not measured; no store is created
+        latest = verdicts.compute(None, registry.load(args.papers), store_history=False)
+    else:
+        with store.connect(path) as con:
+            latest = _verdicts(args, con)
     if args.paper:
         latest = [v for v in latest if v.claim.paper_id in args.paper]
     print(report.verdicts_json(latest) if args.json else report.claims_table(latest))
@@ -96,7 +117,7 @@ def cmd_alerts(args) -> int:
             raise SystemExit(f"--threshold wants PATTERN=VALUE, got {item!r}")
         overrides[pattern] = float(value)
     thresholds = alerts.Thresholds.from_pyproject(overrides=overrides)
-    with store.connect(args.db) as con:
+    with store.connect(_results_store(args)) as con:
         found = alerts.evaluate(con, registry.load(args.papers), thresholds, alerts.acknowledgements(),
                                 alerts.rechecks())
     from tabulate import tabulate
@@ -121,7 +142,7 @@ def cmd_alerts(args) -> int:
 
 def cmd_report(args) -> int:
     reg = registry.load(args.papers)
-    with store.connect(args.db) as con:
+    with store.connect(_results_store(args)) as con:
         verdicts.sync_registry(con, reg)
         latest = verdicts.compute(con, reg)
     for path in report.write(reg, latest, Path(args.out)):

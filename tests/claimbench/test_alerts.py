@@ -142,9 +142,27 @@ def test_cli_alerts_quiet_on_flat_history(tmp_path, capsys):
 
 def test_cli_claims_lists_every_paper(tmp_path, capsys):
     assert cli.main(["claims", "--db", str(tmp_path / "s.duckdb"), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    said = capsys.readouterr()
+    rows = json.loads(said.out)
     assert {r["claim"].split("/")[0] for r in rows} == {p.id for p in registry.load().papers}
     assert {r["verdict"] for r in rows} <= {"not measured yet", "not testable here"}
+    assert "s.duckdb holds no results: `claimbench ingest reports/results`" in said.err
+    assert not (tmp_path / "s.duckdb").exists()  # a mistyped --db does not leave an empty store behind
+
+
+@pytest.mark.parametrize("command", ["report", "alerts"])
+def test_cli_report_and_alerts_refuse_a_store_without_results(tmp_path, capsys, command):
+    """An empty report would overwrite reports/ with 'not measured', and CI's alerts would pass on nothing."""
+    out = tmp_path / "reports"
+    extra = ["--out", str(out)] if command == "report" else ["--fail-on", "any"]
+    assert cli.main([command, "--db", str(tmp_path / "typo.duckdb"), *extra]) == 2
+    assert "typo.duckdb holds no results" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "typo.duckdb").exists()
+
+
+def test_cli_claims_names_the_known_papers_for_an_unknown_id(tmp_path, capsys):
+    assert cli.main(["claims", "--db", str(tmp_path / "s.duckdb"), "--paper", "no-such-paper"]) == 2
+    assert "no paper with id 'no-such-paper' (known: lychee" in capsys.readouterr().err
 
 
 def test_acknowledged_step_is_listed_with_its_reason_but_not_open(tmp_path):
