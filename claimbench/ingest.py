@@ -66,6 +66,9 @@ class IngestReport:
     def summary(self) -> str:
         text = (f"{self.files} file(s): {self.added} run(s) added, {self.replaced} replaced, "
                 f"{self.unchanged} unchanged; {self.rows} result row(s) written")
+        if not self.files:
+            text += ("\n  no result files there: asv saves them as <machine>/<commit>-<env>.json under .asv/results "
+                     "(full runs) and .asv/results-quick; the shipped reference results are in reports/results")
         for msg in self.conflicts:
             text += f"\n  conflict: {msg}"
         for path, msg in self.errors:

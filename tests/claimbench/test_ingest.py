@@ -211,3 +211,9 @@ def test_a_version_2_store_gains_measurement_times_and_keeps_its_runs(asv_result
         assert con.execute("SELECT count(*), count(measured_at) FROM runs").fetchone() == (1, 0)
     report = ingest.ingest([asv_results], db=db)
     assert report.replaced == 0 and report.unchanged == 1
+
+
+def test_a_folder_without_results_says_where_they_are(tmp_path):
+    report = ingest.ingest([tmp_path], db=tmp_path / "s.duckdb")
+    assert report.ok and report.files == 0
+    assert "no result files there" in report.summary() and "reports/results" in report.summary()
