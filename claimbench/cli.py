@@ -88,21 +88,17 @@ def _results_store(args, required: bool = True) -> Path | None:
     return None
 
 
-def _verdicts(args, con) -> list[verdicts.Verdict]:
-    reg = registry.load(args.papers)
-    verdicts.sync_registry(con, reg)
-    return verdicts.compute(con, reg)
-
-
 def cmd_claims(args) -> int:
+    reg = registry.load(args.papers)
     for paper_id in args.paper or []:
-        registry.load(args.papers).paper(paper_id)  # an unknown id is an error naming the known ones
+        reg.paper(paper_id)  # an unknown id is an error naming the known ones
     path = _results_store(args, required=False)
     if path is None:  # the claims alone, every one not measured; no store is created
-        latest = verdicts.compute(None, registry.load(args.papers), store_history=False)
+        latest = verdicts.compute(None, reg, store_history=False)
     else:
         with store.connect(path) as con:
-            latest = _verdicts(args, con)
+            verdicts.sync_registry(con, reg)
+            latest = verdicts.compute(con, reg)
     if args.paper:
         latest = [v for v in latest if v.claim.paper_id in args.paper]
     print(report.verdicts_json(latest) if args.json else report.claims_table(latest))
