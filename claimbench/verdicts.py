@@ -82,11 +82,15 @@ class Verdict:
     @property
     def interval_text(self) -> str:
         """'7.6x [6.5, 8.4]', '21% [17, 26]', '0.2 points [-1, 1]', or the value alone where no interval was
-        recorded: a unit that starts with x or % sits against the number, any other after a space."""
+        recorded."""
         if self.measured is None:
             return ""
-        unit = self.claim.unit if self.claim.unit.startswith(("x", "%")) else f" {self.claim.unit}"
-        return bracketed(self.measured, self.low, self.high, digits=3, unit=unit)
+        return bracketed(self.measured, self.low, self.high, digits=3, unit=unit_suffix(self.claim.unit))
+
+
+def unit_suffix(unit: str) -> str:
+    """A unit that starts with x or % sits against the number ('7.6x', '21%'), any other after a space."""
+    return unit if unit.startswith(("x", "%")) else f" {unit}"
 
 
 def bracketed(value: float, low: float | None = None, high: float | None = None, digits: int = 4,
@@ -207,11 +211,11 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     low, high = bounds.get("low"), bounds.get("high")
     enough = bounds.get("n") is None or bounds["n"] >= (bounds.get("min_n") or 1)
     verdict, why = classify(claim, value, low, high, enough)
-    shown = bracketed(value, low, high)
+    shown = bracketed(value, low, high, unit=unit_suffix(claim.unit))
     if claim.target is None:
-        reason = f"{shown} {claim.unit}, {why} ({claim.neutral:g})"
+        reason = f"{shown}, {why} ({claim.neutral:g})"
     else:
-        reason = f"{claim.fold} over {len(passing)} combination(s) = {shown} {claim.unit} vs claimed {claim.claimed_text}"
+        reason = f"{claim.fold} over {len(passing)} combination(s) = {shown} vs claimed {claim.claimed_text}"
         if len(passing) > 1:
             reason += f"; {sum(reaches(claim, e['value']) for e in passing)} of {len(passing)} reach it"
         reason += f"; {why}"
