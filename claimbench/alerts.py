@@ -380,6 +380,13 @@ def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str]
     return found
 
 
+def evaluate_as_configured(con, registry, path=REPO_ROOT / "pyproject.toml",
+                           overrides: dict[str, float] | None = None) -> list[Alert]:
+    """evaluate() with the thresholds, acknowledgements and rechecks of [tool.claimbench.alerts] in path: what
+    `claimbench alerts` and the end of `claimbench run` report (one reading, so they cannot disagree)."""
+    return evaluate(con, registry, Thresholds.from_pyproject(path, overrides), acknowledgements(path), rechecks(path))
+
+
 def markdown(alerts: list[Alert]) -> str:
     open_ = [a for a in alerts if a.status == "open"]
     noise = [a for a in alerts if a.status == "within noise"]

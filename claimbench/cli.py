@@ -112,10 +112,8 @@ def cmd_alerts(args) -> int:
         if not pattern:
             raise SystemExit(f"--threshold wants PATTERN=VALUE, got {item!r}")
         overrides[pattern] = float(value)
-    thresholds = alerts.Thresholds.from_pyproject(overrides=overrides)
     with store.connect(_results_store(args)) as con:
-        found = alerts.evaluate(con, registry.load(args.papers), thresholds, alerts.acknowledgements(),
-                                alerts.rechecks())
+        found = alerts.evaluate_as_configured(con, registry.load(args.papers), overrides=overrides)
     from tabulate import tabulate
     if found:
         print(tabulate([[a.kind, a.status, a.benchmark, a.params, a.machine, (a.commit_hash or "")[:8],

@@ -171,7 +171,7 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
         with store.connect(db) as con:
             verdicts.sync_registry(con, registry)
             latest = verdicts.compute(con, registry)
-            found = alerts.evaluate(con, registry, alerts.Thresholds.from_pyproject(), alerts.acknowledgements())
+            found = alerts.evaluate_as_configured(con, registry)
         progress(report.claims_table(latest))
         opened = sum(a.status == "open" for a in found)
         progress(f"claimbench: {opened} open alert(s)" if opened else "claimbench: no open regressions, gate failures "
