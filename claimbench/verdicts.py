@@ -292,6 +292,21 @@ def _series(con, benchmark: str) -> dict[tuple[str, str, str, str], dict]:
     return out
 
 
+def _skipped(con, benchmark: str) -> dict[str, str]:
+    """machine -> the mode of its newest run that asv skipped benchmark in (SkipNotImplemented: a quick mode
+    that leaves it out, a grid without that combination)."""
+    rows = con.execute(
+        """SELECT r.machine, r.mode FROM results x JOIN runs r USING (run_id)
+           WHERE x.benchmark = ? AND x.status = 'skipped' ORDER BY r.commit_date NULLS FIRST, r.ingested_at""",
+        [benchmark]).fetchall()
+    return {machine: mode or inputs.UNRECORDED for machine, mode in rows}
+
+
+def _skipped_text(claim: Claim, mode: str) -> str:
+    hint = f"; `claimbench run --paper {claim.paper_id}` (full mode) measures it" if mode == "quick" else ""
+    return f": its {mode} run skipped {claim.benchmark}{hint}"
+
+
 def machines(con) -> dict[str, set[str]]:
     rows = con.execute("SELECT machine, gpu_count, libraries FROM machines ORDER BY machine").fetchall()
     return {m: capabilities({"gpu_count": g, "libraries": json.loads(libs or "{}")}) for m, g, libs in rows}
@@ -367,10 +382,14 @@ def compute_with_history(con, registry: Registry,
         gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
         explains = {b: _series(con, b) for b in claim.explain} if series else {}
         suite = inputs.suite_of(claim.benchmark) if claim.benchmark else ""
+        skipped = _skipped(con, claim.benchmark) if (con is not None and claim.benchmark and not series) else {}
         for machine, caps in (known.items() or [(None, set())]):
             runs = [(key, e) for key, e in series.items() if key[0] == machine]
             if not runs:
-                latest.append(judge(claim, None, caps=caps, machine=machine))
+                unmeasured = judge(claim, None, caps=caps, machine=machine)
+                if unmeasured.verdict == NOT_MEASURED and machine in skipped:
+                    unmeasured.reason += _skipped_text(claim, skipped[machine])
+                latest.append(unmeasured)
                 continue
             mine = []
             for key, entry in runs:

@@ -165,6 +165,20 @@ def test_quick_and_full_runs_of_one_commit_are_separate_runs(tmp_path):
     assert latest.mode == "full" and latest.measured == 3.0  # full preferred over quick
 
 
+def test_a_benchmark_the_quick_run_skipped_says_so_and_how_to_measure_it(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    run_at(results, 0, float("nan"), mode="quick")  # asv's skip (SkipNotImplemented) is a NaN
+    assert ingest.ingest([results], db=db).ok
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    with store.connect(db) as con:
+        latest, = verdicts.compute(con, registry.load(papers))
+    assert latest.verdict == verdicts.NOT_MEASURED
+    assert latest.reason == ("not measured on box: its quick run skipped s.Claim.track_speedup; "
+                             "`claimbench run --paper p` (full mode) measures it")
+
+
 def test_no_alert_across_modes_or_inputs(tmp_path):
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
