@@ -382,7 +382,7 @@ def compute_with_history(con, registry: Registry,
         gates = _series(con, claim.gate.benchmark) if (series and claim.gate) else {}
         explains = {b: _series(con, b) for b in claim.explain} if series else {}
         suite = inputs.suite_of(claim.benchmark) if claim.benchmark else ""
-        skipped = _skipped(con, claim.benchmark) if (con is not None and claim.benchmark and not series) else {}
+        skipped = _skipped(con, claim.benchmark) if (con is not None and claim.benchmark) else {}
         for machine, caps in (known.items() or [(None, set())]):
             runs = [(key, e) for key, e in series.items() if key[0] == machine]
             if not runs:

@@ -169,14 +169,16 @@ def test_a_benchmark_the_quick_run_skipped_says_so_and_how_to_measure_it(tmp_pat
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
     run_at(results, 0, float("nan"), mode="quick")  # asv's skip (SkipNotImplemented) is a NaN
+    asvfiles.write_run(results, "other-box", "f" * 40, 1_700_000_000_000, {BENCH: (["dataset"], [["d"]], [2.0], "x")})
     assert ingest.ingest([results], db=db).ok
     papers = tmp_path / "papers.toml"
     papers.write_text(PAPERS)
     with store.connect(db) as con:
-        latest, = verdicts.compute(con, registry.load(papers))
-    assert latest.verdict == verdicts.NOT_MEASURED
-    assert latest.reason == ("not measured on box: its quick run skipped s.Claim.track_speedup; "
-                             "`claimbench run --paper p` (full mode) measures it")
+        latest = {v.machine: v for v in verdicts.compute(con, registry.load(papers))}
+    assert latest["box"].verdict == verdicts.NOT_MEASURED
+    assert latest["box"].reason == ("not measured on box: its quick run skipped s.Claim.track_speedup; "
+                                    "`claimbench run --paper p` (full mode) measures it")
+    assert latest["other-box"].measured == 2.0  # another machine's result does not hide the skip
 
 
 def test_no_alert_across_modes_or_inputs(tmp_path):
