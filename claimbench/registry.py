@@ -53,6 +53,7 @@ class Claim:
     not_testable: str | None = None
     substitution: str | None = None
     explain: tuple[str, ...] = ()  # benchmarks (same params) whose values explain the measured one
+    quick_cannot_decide: str | None = None  # why the suite's quick mode runs the claim's code but cannot test it
 
     @property
     def key(self) -> str:
@@ -316,7 +317,7 @@ def _claim(raw, paper_id: str, where: str) -> Claim:
         raise RegistryError(f"{where}: expected a table")
     known = {"id", "metric", "unit", "direction", "claimed", "claimed_text", "conditions", "baseline",
              "benchmark", "gate", "aggregate", "neutral", "tolerance", "requires", "not_testable",
-             "substitution", "explain"}
+             "substitution", "explain", "quick_cannot_decide"}
     _no_unknown(raw, known, where)
     claimed = raw.get("claimed")
     if claimed is not None:
@@ -362,6 +363,7 @@ def _claim(raw, paper_id: str, where: str) -> Claim:
         not_testable=_get(raw, "not_testable", where, str, False),
         substitution=_get(raw, "substitution", where, str, False),
         explain=tuple(explain),
+        quick_cannot_decide=_get(raw, "quick_cannot_decide", where, str, False),
     )
 
 

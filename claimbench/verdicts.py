@@ -19,7 +19,9 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 | none recorded (older results)                        | reaches the claim    | reproduced      |
 | none recorded                                        | past neutral only    | partly          |
 | none recorded                                        | neither              | not reproduced  |
-(a verdict without an interval says "no interval").
+| a quick run of a claim with `quick_cannot_decide`    | any                  | inconclusive    |
+(a verdict without an interval says "no interval"; the last row: the quick mode runs the claim's code
+on budgets too small to test it, e.g. 3 QAT steps where the claim is about 60, and says so).
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
 deciding combination; a mean, or a median that no one combination decides (of an even count),
@@ -400,6 +402,10 @@ def compute_with_history(con, registry: Registry,
                 v = judge(claim, entry["values"], gate_entry, caps, machine, explain, entry["intervals"],
                           explain_intervals)
                 v.commit_hash, v.commit_date, v.mode, v.inputs = commit, entry["date"], mode, fingerprint
+                if mode == "quick" and claim.quick_cannot_decide and v.verdict in (REPRODUCED, PARTLY,
+                                                                                   NOT_REPRODUCED):
+                    v.verdict = INCONCLUSIVE
+                    v.reason = f"quick mode {claim.quick_cannot_decide}: a full run decides; {v.reason}"
                 v.inputs_status = inputs_status(suite, fingerprint, current)
                 mine.append(v)
             history += mine

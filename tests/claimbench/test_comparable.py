@@ -165,6 +165,23 @@ def test_quick_and_full_runs_of_one_commit_are_separate_runs(tmp_path):
     assert latest.mode == "full" and latest.measured == 3.0  # full preferred over quick
 
 
+def test_a_quick_run_of_a_claim_its_quick_mode_cannot_decide_is_inconclusive(tmp_path):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    run_at(results, 0, 3.0, mode="quick", low=2.8, high=3.2)  # would read as reproduced
+    run_at(results, 1, 0.5, mode="full", low=0.4, high=0.6)
+    assert ingest.ingest([results], db=db).ok
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS.replace('benchmark = "s.Claim.track_speedup"\n', 'benchmark = "s.Claim.track_speedup"\n'
+                                     'quick_cannot_decide = "trains 3 steps of 60"\n'))
+    with store.connect(db) as con:
+        latest, history = verdicts.compute_with_history(con, registry.load(papers), store_history=False)
+    quick, = [v for v in history if v.mode == "quick"]
+    assert quick.verdict == verdicts.INCONCLUSIVE and quick.interval_text == "3x [2.8, 3.2]"
+    assert quick.reason.startswith("quick mode trains 3 steps of 60: a full run decides; max over 1 combination")
+    assert latest[0].mode == "full" and latest[0].verdict == verdicts.NOT_REPRODUCED  # a full run is judged as is
+
+
 def test_a_benchmark_the_quick_run_skipped_says_so_and_how_to_measure_it(tmp_path):
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
     results.mkdir()
