@@ -58,8 +58,10 @@ def table_with_reader(df, columns: list[str], column_config: dict, read, key: st
     """df's columns as a table whose long cells clip in the grid, and the row a reader selects (the box at
     its left edge) written out in full below it by read(row), which sees every column of df."""
     df = df[columns + [column for column in df.columns if column not in columns]]  # the shown ones first
+    # keyed by its rows too: a filter that changes them starts a fresh selection (Streamlit keeps one by
+    # position, which would then point at another row, or past the end)
     event = st.dataframe(df, hide_index=True, width="stretch", column_order=columns, column_config=column_config,
-                         on_select="rerun", selection_mode="single-row", key=key)
+                         on_select="rerun", selection_mode="single-row", key=f"{key}-{hash(tuple(df.index))}")
     for position in event.selection.rows:
         with st.container(border=True):
             read(df.iloc[position])

@@ -100,6 +100,23 @@ def test_a_selected_row_is_written_out_in_full(server, page, path, heading, read
     page.screenshot(path=str(ARTIFACTS / f"{name}-selected.png"), full_page=True)
 
 
+def test_a_filter_that_changes_the_rows_clears_the_selection(server, page):
+    url, _ = server
+    visit(page, url + "/", "claims-before-selection", "Claims vs measured")
+    grid = page.locator("[data-testid='stDataFrame']").first
+    grid.wait_for(timeout=30_000)
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 12, box["y"] + 35 * 4 + 17)  # the fifth row's selection box
+    page.get_by_text("Claimed:").first.wait_for(timeout=30_000)
+    page.get_by_role("combobox", name="Machine").click()
+    page.get_by_role("option", name="gpu-box").click()
+    page.keyboard.press("Escape")
+    page.wait_for_timeout(2000)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.get_by_text("Claimed:").count() == 0  # not another claim that now sits at the fifth row
+    page.screenshot(path=str(ARTIFACTS / "claims-selection-filtered.png"), full_page=True)
+
+
 def test_ingest_while_serving(server, page, tmp_path):
     url, db = server
     from tests.app.conftest import lychee_run
