@@ -135,7 +135,7 @@ def classify(claim: Claim, value: float, low: float | None, high: float | None, 
         if past_neutral(worst):
             return REPRODUCED, "interval clear of neutral"
         if not past_neutral(best):
-            return NOT_REPRODUCED, "interval at or below neutral"
+            return NOT_REPRODUCED, f"interval at or {'below' if sign > 0 else 'above'} neutral"
         return INCONCLUSIVE, "interval spans neutral"
     if not reaches_claim(best):
         return (PARTLY, "interval short of the claim, clear of neutral") if past_neutral(worst) else (

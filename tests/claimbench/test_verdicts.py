@@ -146,6 +146,12 @@ def test_verdict_table_without_a_target(value, low, high, expected):
     assert verdicts.judge(claim(claimed=None), {P(): value}, intervals=interval(low, high)).verdict == expected
 
 
+def test_a_lower_is_better_miss_reads_above_neutral():
+    lower = claim(claimed=None, direction="lower")
+    v = verdicts.judge(lower, {P(): 19.0}, intervals=interval(12.8, 28.2))
+    assert v.verdict == verdicts.NOT_REPRODUCED and "interval at or above neutral (1)" in v.reason
+
+
 def test_a_result_without_an_interval_is_judged_by_its_point_and_marked():
     v = verdicts.judge(claim(), {P(): 2.5})
     assert v.verdict == verdicts.REPRODUCED and "no interval" in v.reason and v.low is None
