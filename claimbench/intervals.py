@@ -110,10 +110,15 @@ def ratio_of_rounds(baseline: Sequence[float], method: Sequence[float]) -> Estim
 
 def rate(outcomes: Sequence[bool | float]) -> Estimate:
     """Share of successes with its Wilson score interval (exactly 0 or 1 at the ends where it is, not
-    a rounding error inside them)."""
+    a rounding error inside them). An item may score a fraction (partial credit, a mean over seeds):
+    a score in [0, 1] with mean p varies no more than a success with probability p does, so the
+    interval then errs wide, never narrow."""
     n = len(outcomes)
     if n == 0:
         raise ValueError("no items")
+    outside = [x for x in outcomes if not 0 <= float(x) <= 1]
+    if outside:
+        raise ValueError(f"a rate's items score in [0, 1]; got {outside[:3]} ({len(outside)} of {n})")
     p = sum(map(float, outcomes)) / n
     z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)

@@ -45,6 +45,14 @@ def test_wilson_interval_covers_a_rate():
     assert all_right.value == 1.0 and all_right.high == 1.0 and 0.995 < all_right.low < 1.0
 
 
+def test_wilson_interval_of_fractional_scores_errs_wide_and_refuses_scores_outside_0_1():
+    # each item scores the mean of 3 draws (SSA's seed-averaged samples): mean 0.3, variance below 0.3 x 0.7
+    cover = coverage(500, lambda rng: intervals.rate(list((rng.random((60, 3)) < 0.3).mean(axis=1))), 0.3)
+    assert cover >= 0.95
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        intervals.rate([0.5, 1.2, 0.0])
+
+
 def test_paired_bootstrap_covers_a_difference_of_accuracies(monkeypatch):
     monkeypatch.setattr(intervals, "RESAMPLES", 400)
 
