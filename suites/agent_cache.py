@@ -78,7 +78,8 @@ class KSweep:
 
 
 def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: int = 20) -> dict:
-    """Accuracy per (policy, 'recent' | 'old') on tool sessions with the real model."""
+    """Per (policy, 'recent' | 'old'): whether each tool session's question was answered right, with the
+    real model (the same sessions, in seed order, for every policy)."""
     from claimbench.impl.agent_cache import KVDropSession
     from claimbench.llm.evaluate import generate
 
@@ -115,7 +116,7 @@ def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: i
                 live.add(kind, tok.encode(chat(kind, text)).ids)
             out = tok.decode(live.answer(tok.encode(ask(question, prefix)).ids, 12, eos))
             scores.setdefault(("kv-drop", label), []).append(expected in out)
-    return {key: sum(v) / len(v) for key, v in scores.items()}
+    return scores
 
 
 def session_summary(session, chat) -> list[str]:
@@ -155,14 +156,14 @@ class Claim:
     track_cache_read_share_full_history.unit = metrics.PERCENT_SHARE.unit
 
     def track_recent_accuracy_vs_full(self, r, provider):
-        acc = r["accuracy"]
-        return acc["kv-drop", "recent"] / max(acc["full-history", "recent"], 1e-9)
+        acc = {policy: intervals.rate(r["accuracy"][policy, "recent"]).value for policy in ("kv-drop", "full-history")}
+        return acc["kv-drop"] / max(acc["full-history"], 1e-9)
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 
-def _accuracy(key):
-    return lambda self, r, provider: r["accuracy"][key]
-
-
-common.add_tracks(Claim, {f"accuracy_{policy.replace('-', '_')}_{about}": _accuracy((policy, about))
-                          for policy in POLICIES for about in ("recent", "old")}, metrics.ACCURACY.unit)
+common.add_tracks(Claim, {
+    name: common.estimate_track(Claim, name, f"Share of the {key[1]}-output questions answered right under {key[0]}, "
+                                "Wilson interval over the sessions.",
+                                lambda self, r, provider, key=key: intervals.rate(r["accuracy"][key]))
+    for name, key in {f"accuracy_{policy.replace('-', '_')}_{about}": (policy, about)
+                      for policy in POLICIES for about in ("recent", "old")}.items()}, metrics.ACCURACY.unit)

@@ -2,7 +2,7 @@
 gate-failure exception and the gates themselves (read from papers.toml, never restated here)."""
 import os
 
-from claimbench import registry, suitelog
+from claimbench import evidence, registry, suitelog
 
 QUICK = os.environ.get("CLAIMBENCH_QUICK") == "1"
 # progress lines (logging.getLogger(__name__).info) reach `claimbench run` as they happen; asv imports this
@@ -36,6 +36,16 @@ def add_tracks(cls, tracks: dict, unit: str) -> None:
         function.unit = unit
         function.__name__ = f"track_{name}"
         setattr(cls, function.__name__, function)
+
+
+def estimate_track(cls, name: str, doc: str, estimate):
+    """A track_<name> of cls returning estimate(self, result, *params), an Estimate whose interval it
+    records (named first: evidence.estimate reads the name when it wraps the track). Add it with add_tracks."""
+    def track(self, r, *params):
+        return estimate(self, r, *params)
+    track.__name__, track.__qualname__, track.__doc__ = f"track_{name}", f"{cls.__name__}.track_{name}", doc
+    track.__module__ = cls.__module__  # evidence names the benchmark by the suite's module
+    return evidence.estimate(track)
 
 
 def gate(benchmark: str) -> registry.Gate:

@@ -345,21 +345,13 @@ class Timing(_Measured):
     track_ttft_speedup.unit = metrics.SPEEDUP.unit
 
 
-def _estimate_track(cls, name: str, doc: str, estimate):
-    """A track_<name> of cls recording its interval (named before evidence.estimate reads the name)."""
-    def track(self, r, retention, method):
-        return estimate(self, r, retention, method)
-    track.__name__, track.__qualname__, track.__doc__ = f"track_{name}", f"{cls.__name__}.track_{name}", doc
-    return evidence.estimate(track)
-
-
 def _add_families() -> None:
     """Completion accuracy and its change, and time and speedup per phase: one track per context
     below the longest (named by it, e.g. track_prefill_s_2k), and for the longest one, the claims'
     context, tracks named by role (track_prefill_s, track_decode_s_per_token_plain,
     track_decode_speedup_fused, ...), so that papers.toml names the same benchmarks in quick and full mode."""
     def add(cls, name, doc, unit, estimate):
-        common.add_tracks(cls, {name: _estimate_track(cls, name, doc, estimate)}, unit)
+        common.add_tracks(cls, {name: common.estimate_track(cls, name, doc, estimate)}, unit)
 
     longest = list(ACCURACY_CONTEXTS)[-1]
     for context in ACCURACY_CONTEXTS:
