@@ -156,8 +156,8 @@ class Claim:
     track_cache_read_share_full_history.unit = metrics.PERCENT_SHARE.unit
 
     def track_recent_accuracy_vs_full(self, r, provider):
-        acc = {policy: intervals.rate(r["accuracy"][policy, "recent"]).value for policy in ("kv-drop", "full-history")}
-        return acc["kv-drop"] / max(acc["full-history"], 1e-9)
+        kv_drop, full = (intervals.rate(r["accuracy"][policy, "recent"]).value for policy in ("kv-drop", "full-history"))
+        return kv_drop / max(full, 1e-9)
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 
