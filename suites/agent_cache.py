@@ -156,8 +156,9 @@ class Claim:
     track_cache_read_share_full_history.unit = metrics.PERCENT_SHARE.unit
 
     def track_recent_accuracy_vs_full(self, r, provider):
-        kv_drop, full = (intervals.rate(r["accuracy"][policy, "recent"]).value for policy in ("kv-drop", "full-history"))
-        return kv_drop / max(full, 1e-9)
+        def recent(policy):
+            return intervals.rate(r["accuracy"][policy, "recent"]).value
+        return recent("kv-drop") / max(recent("full-history"), 1e-9)
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 
