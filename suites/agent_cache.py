@@ -162,9 +162,9 @@ class Claim:
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 
-common.add_tracks(Claim, {
-    name: common.estimate_track(Claim, name, f"Share of the {key[1]}-output questions answered right under {key[0]}, "
-                                "Wilson interval over the sessions.",
-                                lambda self, r, provider, key=key: intervals.rate(r["accuracy"][key]))
-    for name, key in {f"accuracy_{policy.replace('-', '_')}_{about}": (policy, about)
-                      for policy in POLICIES for about in ("recent", "old")}.items()}, metrics.ACCURACY.unit)
+for policy in POLICIES:
+    for about in ("recent", "old"):
+        common.add_estimate_track(
+            Claim, f"accuracy_{policy.replace('-', '_')}_{about}",
+            f"Share of the {about}-output questions answered right under {policy}, Wilson interval over the sessions.",
+            metrics.ACCURACY.unit, lambda self, r, provider, key=(policy, about): intervals.rate(r["accuracy"][key]))

@@ -38,14 +38,14 @@ def add_tracks(cls, tracks: dict, unit: str) -> None:
         setattr(cls, function.__name__, function)
 
 
-def estimate_track(cls, name: str, doc: str, estimate):
-    """A track_<name> of cls returning estimate(self, result, *params), an Estimate whose interval it
-    records (named first: evidence.estimate reads the name when it wraps the track). Add it with add_tracks."""
+def add_estimate_track(cls, name: str, doc: str, unit: str, estimate) -> None:
+    """Add track_<name> to cls: estimate(self, result, *params), an Estimate whose interval it records
+    (named first: evidence.estimate reads the name, and the suite's module, when it wraps the track)."""
     def track(self, r, *params):
         return estimate(self, r, *params)
     track.__name__, track.__qualname__, track.__doc__ = f"track_{name}", f"{cls.__name__}.track_{name}", doc
-    track.__module__ = cls.__module__  # evidence names the benchmark by the suite's module
-    return evidence.estimate(track)
+    track.__module__ = cls.__module__
+    add_tracks(cls, {name: evidence.estimate(track)}, unit)
 
 
 def gate(benchmark: str) -> registry.Gate:

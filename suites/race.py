@@ -350,16 +350,16 @@ def _add_families() -> None:
     below the longest (named by it, e.g. track_prefill_s_2k), and for the longest one, the claims'
     context, tracks named by role (track_prefill_s, track_decode_s_per_token_plain,
     track_decode_speedup_fused, ...), so that papers.toml names the same benchmarks in quick and full mode."""
-    def add(cls, name, doc, unit, estimate):
-        common.add_tracks(cls, {name: common.estimate_track(cls, name, doc, estimate)}, unit)
-
     longest = list(ACCURACY_CONTEXTS)[-1]
     for context in ACCURACY_CONTEXTS:
         suffix = "" if context == longest else f"_{context}"
-        add(Compression, f"completion_accuracy{suffix}", f"The completion-style needle task at {context}, Wilson interval.",
+        common.add_estimate_track(
+            Compression, f"completion_accuracy{suffix}", f"The completion-style needle task at {context}, Wilson interval.",
             metrics.ACCURACY.unit, lambda self, r, retention, method, c=context: intervals.rate(self._scores(r, c, retention, method)))
         if context != longest:  # the longest context's change: track_accuracy_change_points, written out
-            add(Compression, f"accuracy_change_points{suffix}", f"Completion accuracy at {context} minus the full model's, paired.",
+            common.add_estimate_track(
+                Compression, f"accuracy_change_points{suffix}",
+                f"Completion accuracy at {context} minus the full model's, paired.",
                 metrics.POINTS.unit, lambda self, r, retention, method, c=context: self.accuracy_change(r, c, retention, method))
     for context in TIMING_CONTEXTS:
         for kernel in kernels(context):
@@ -367,15 +367,16 @@ def _add_families() -> None:
                 at = "" if context == CLAIM_CONTEXT else f"_{context}"
                 plain = "_plain" if kernel == "plain" else ""
                 time_name = f"{phase}_{'s_per_token' if phase == 'decode' else 's'}{at}{plain}"
-                add(Timing, time_name, f"{phase} time at {context}, {kernel} attention: median of interleaved rounds.",
+                common.add_estimate_track(
+                    Timing, time_name, f"{phase} time at {context}, {kernel} attention: median of interleaved rounds.",
                     metrics.SECONDS.unit, lambda self, r, retention, method, c=context, k=kernel, p=phase:
                         intervals.median_of(self._times(r, c, k, retention, method, p)))
                 if context == CLAIM_CONTEXT and kernel == CLAIM_KERNEL[phase]:
                     continue  # the claim rows: track_decode_speedup, track_ttft_speedup
                 speedup_name = f"{'decode' if phase == 'decode' else 'ttft'}_speedup_{kernel}" if not at \
                     else f"{phase}_speedup{at}"
-                add(Timing, speedup_name,
-                    f"Full model / method {phase} time at {context}, {kernel} attention for both.",
+                common.add_estimate_track(
+                    Timing, speedup_name, f"Full model / method {phase} time at {context}, {kernel} attention for both.",
                     metrics.SPEEDUP.unit, lambda self, r, retention, method, c=context, k=kernel, p=phase:
                         self.speedup(r, c, k, retention, method, p))
 
