@@ -71,6 +71,13 @@ def claims(version) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def measured_papers(claims_df: pd.DataFrame) -> list[str]:
+    """Papers with a verdict that rests on a measurement on some machine, in table order: a failed gate counts
+    (its value is withheld, not missing); 'not testable here' and 'not measured yet' do not."""
+    measured = claims_df[~claims_df["verdict"].isin([verdicts.NOT_TESTABLE, verdicts.NOT_MEASURED])]
+    return list(dict.fromkeys(measured["paper"]))
+
+
 def by_machine(claims_df: pd.DataFrame) -> pd.DataFrame:
     """One row per claim, one column group per machine: its verdict (or 'not measured on MACHINE' where it has
     no result for the claim), the measured value with its interval, and the commit the verdict comes from;

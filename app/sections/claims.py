@@ -41,6 +41,6 @@ chart = alt.Chart(counts).mark_bar().encode(
 ).properties(height=28 * len(views.VERDICT_COLORS))
 st.altair_chart(chart, width="stretch")  # after the table: the table paints first
 
-not_measured = sorted(set(df["paper"]) - set(df[df["measured"].notna()]["paper"]))
+not_measured = sorted(set(df["paper"]) - set(queries.measured_papers(df)))
 if not_measured:
     st.caption("Not measured yet on any machine: " + ", ".join(not_measured))

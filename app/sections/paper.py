@@ -10,7 +10,7 @@ papers = queries.papers()
 series = st.query_params.get("series", "")
 suite_of = dict(zip(papers["suite"], papers["paper"]))
 all_claims = queries.claims(version)
-measured = list(dict.fromkeys(all_claims[all_claims["measured"].notna()]["paper"]))  # papers with results, in order
+measured = queries.measured_papers(all_claims)
 default = (st.query_params.get("paper") or (suite_of.get(series.split(".")[0]) if series else None)
            or (measured[0] if measured else papers["paper"].iloc[0]))
 ids = list(papers["paper"])

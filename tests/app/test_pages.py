@@ -3,6 +3,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -76,6 +77,14 @@ def test_claims_filters(use_db):
     at.multiselect[2].set_value(["gpu-box"]).run()
     df = frames(at)[0]
     assert set(df["paper"]) == {"lychee"} and set(df["machine"]) == {"gpu-box"}
+
+
+def test_a_failed_gate_counts_as_measured(use_db):
+    df = pd.DataFrame({"paper": ["race", "race", "e8-qat", "ssa"],
+                       "verdict": ["gate failed", "not measured yet", "not testable here", "reproduced"]})
+    assert queries.measured_papers(df) == ["race", "ssa"]  # race's values are withheld, not missing
+    caption = next(c.value for c in run("claims").caption if c.value.startswith("Not measured yet on any machine"))
+    assert "lychee" not in caption and "race" in caption  # the fixture measured lychee only
 
 
 def test_leaderboard_ranks_only_gated_methods(use_db):
