@@ -201,8 +201,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         passed = sum(e["gate_passed"] for e in detail)
         gate = "passed" if passed == len(detail) else "failed" if passed == 0 else "partly"
         if passed == 0:
-            return Verdict(claim, machine, GATE_FAILED, gate=gate, detail=detail,
-                           reason=f"gate {claim.gate.describe()} failed on every combination")
+            reason = f"gate {claim.gate.describe()} failed on every combination{_closest(claim.gate, detail)}"
+            return Verdict(claim, machine, GATE_FAILED, gate=gate, detail=detail, reason=reason)
     if not passing:
         return Verdict(claim, machine, NOT_MEASURED, gate=gate, detail=detail,
                        reason="the benchmark failed on this machine (see the asv log)")
@@ -228,6 +228,19 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail, low=low, high=high,
                    samples=bounds.get("n"))
+
+
+def _closest(gate, detail: list[dict]) -> str:
+    """'; the closest read 1.43 at method=race, retention=75': how far the gate is from passing, at the
+    combination nearest its bound."""
+    def shortfall(value: float) -> float:
+        return max(gate.min - value if gate.min is not None else 0.0, value - gate.max if gate.max is not None else 0.0)
+    read = [e for e in detail if e.get("gate_value") is not None and e["gate_value"] == e["gate_value"]]
+    if not read:
+        return "; no combination has a gate value"
+    nearest = min(read, key=lambda e: shortfall(e["gate_value"]))
+    where = ", ".join(f"{k}={x}" for k, x in nearest["params"].items())
+    return f"; the closest read {nearest['gate_value']:.3g}" + (f" at {where}" if where else "")
 
 
 def _folded_interval(fold: str, passing: list[dict]) -> dict:

@@ -78,11 +78,16 @@ def test_gate_failed_partly_and_passed():
     measured = {P(d="a"): 5.0, P(d="b"): 3.0}
     failed = verdicts.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 0.5})
     assert failed.verdict == verdicts.GATE_FAILED and failed.gate == "failed" and failed.measured is None
+    assert failed.reason.endswith("failed on every combination; the closest read 0.98 at d=a")  # how far, and where
     partly = verdicts.judge(c, measured, {P(d="a"): 0.98, P(d="b"): 1.0})
     assert partly.gate == "partly" and partly.measured == 3.0 and partly.verdict == verdicts.REPRODUCED
     assert "excluded" in partly.reason
     assert verdicts.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0}).gate == "passed"
-    assert verdicts.judge(c, measured, None).verdict == verdicts.GATE_FAILED  # an unmeasured gate never passes
+    unmeasured = verdicts.judge(c, measured, None)
+    assert unmeasured.verdict == verdicts.GATE_FAILED  # an unmeasured gate never passes
+    assert unmeasured.reason.endswith("; no combination has a gate value")
+    both = verdicts.judge(claim(gate=Gate("s.C.track_loss", min=0.0, max=1.0)), {P(): 2.0}, {P(): 1.5})
+    assert both.reason.endswith("failed on every combination; the closest read 1.5")  # no "at" without parameters
     crashed = verdicts.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
     assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
