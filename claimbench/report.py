@@ -102,7 +102,9 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
                 explain = [explain_label(b) for b in claim.explain]
                 detail_rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
                                 "—" if d["value"] is None else bracketed(d["value"], d.get("low"), d.get("high")),
-                                d.get("gate_value", ""), {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
+                                "" if d.get("gate_value") is None
+                                else bracketed(d["gate_value"], *d.get("gate_interval", ())),
+                                {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
                                + [explained(d, e, digits=4) or "—" for e in explain]
                                for d in v.detail]
                 lines += [_md_table(["params", claim.unit, "gate value", "gate", *explain], detail_rows), ""]

@@ -150,7 +150,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
           caps: set[str] | frozenset = frozenset(), machine: str | None = None,
           explain_values: dict[str, dict[str, float | None]] | None = None,
           intervals: dict[str, dict] | None = None,
-          explain_intervals: dict[str, dict[str, dict]] | None = None) -> Verdict:
+          explain_intervals: dict[str, dict[str, dict]] | None = None,
+          gate_intervals: dict[str, dict] | None = None) -> Verdict:
     """The verdict for one claim on one machine, commit and mode.
 
     measured: params (JSON text) -> value (None = the benchmark failed for that combination),
@@ -160,6 +161,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     every combination, and those of the combination that decides the verdict in its reason.
     intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded;
     explain_intervals: the same per benchmark of claim.explain, shown beside its values.
+    gate_intervals: the gate benchmark's intervals by the same params, where recorded: a gate passes on its
+    value, and the reason says where its interval spans the bound (the data cannot tell it passed).
     """
     missing = [r for r in claim.requires if r not in caps]
     if missing:  # results from a machine without it (a CPU dry run of the GPU rows) do not measure the claim
@@ -186,6 +189,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
             gv = (gate_values or {}).get(params)
             entry["gate_value"] = gv
             entry["gate_passed"] = claim.gate.passes(gv)
+            if (found := (gate_intervals or {}).get(params)) and found.get("low") is not None:
+                entry["gate_interval"] = [found["low"], found["high"]]
             if not entry["gate_passed"]:
                 detail.append(entry)
                 continue
@@ -226,6 +231,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     reason += _explained(claim, deciding)
     if gate == "partly":
         reason += f"; {sum(not e['gate_passed'] for e in detail)} combination(s) failed the gate and were excluded"
+    if claim.gate is not None:
+        reason += _gate_unsure(claim.gate, passing)
     return Verdict(claim, machine, verdict, value, gate, reason, detail=detail, low=low, high=high,
                    samples=bounds.get("n"))
 
@@ -241,6 +248,20 @@ def _closest(gate, detail: list[dict]) -> str:
     nearest = min(read, key=lambda e: shortfall(e["gate_value"]))
     where = ", ".join(f"{k}={x}" for k, x in nearest["params"].items())
     return f"; the closest read {nearest['gate_value']:.3g}" + (f" at {where}" if where else "")
+
+
+def _gate_unsure(gate, passing: list[dict]) -> str:
+    """'; the gate passed on its value, but its interval spans the bound on 3 of 3 combination(s), e.g.
+    1.25 [0.6, 3] at provider=anthropic': the passing combinations whose gate interval reaches past its bound
+    (the data cannot tell that the gate passed there)."""
+    unsure = [e for e in passing if "gate_interval" in e and not all(gate.passes(x) for x in e["gate_interval"])]
+    if not unsure:
+        return ""
+    first = unsure[0]
+    where = ", ".join(f"{k}={x}" for k, x in first["params"].items())
+    return (f"; the gate passed on its value, but its interval spans the bound on {len(unsure)} of {len(passing)} "
+            f"combination(s), e.g. {bracketed(first['gate_value'], *first['gate_interval'], digits=3)}"
+            + (f" at {where}" if where else ""))
 
 
 def _folded_interval(fold: str, passing: list[dict]) -> dict:
@@ -413,7 +434,7 @@ def compute_with_history(con, registry: Registry,
                 explain = {b: e.get(key, {}).get("values", {}) for b, e in explains.items()}
                 explain_intervals = {b: e.get(key, {}).get("intervals", {}) for b, e in explains.items()}
                 v = judge(claim, entry["values"], gate_entry, caps, machine, explain, entry["intervals"],
-                          explain_intervals)
+                          explain_intervals, gates.get(key, {}).get("intervals"))
                 v.commit_hash, v.commit_date, v.mode, v.inputs = commit, entry["date"], mode, fingerprint
                 if mode == "quick" and claim.quick_cannot_decide and v.verdict in (REPRODUCED, PARTLY,
                                                                                    NOT_REPRODUCED):

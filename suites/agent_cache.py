@@ -155,10 +155,12 @@ class Claim:
         return intervals.bootstrap(shares, lambda xs: 100 * sum(xs) / len(xs), [100 * x for x in shares])
     track_cache_read_share_full_history.unit = metrics.PERCENT_SHARE.unit
 
+    @evidence.estimate
     def track_recent_accuracy_vs_full(self, r, provider):
-        def recent(policy):
-            return intervals.rate(r["accuracy"][policy, "recent"]).value
-        return recent("kv-drop") / max(recent("full-history"), 1e-9)
+        """KV drop's accuracy on the recent-output questions over full history's (the cost claim's gate),
+        paired bootstrap over the same sessions."""
+        sessions = list(zip(r["accuracy"]["kv-drop", "recent"], r["accuracy"]["full-history", "recent"]))
+        return intervals.bootstrap(sessions, lambda xs: sum(k for k, _ in xs) / max(sum(f for _, f in xs), 1e-9))
     track_recent_accuracy_vs_full.unit = metrics.ACCURACY_RATIO.unit
 
 

@@ -89,6 +89,13 @@ def test_gate_failed_partly_and_passed():
     both = verdicts.judge(claim(gate=Gate("s.C.track_loss", min=0.0, max=1.0)), {P(): 2.0}, {P(): 1.5})
     assert both.reason.endswith("failed on every combination; the closest read 1.5")  # no "at" without parameters
     crashed = verdicts.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
+    unsure = verdicts.judge(c, measured, {P(d="a"): 1.25, P(d="b"): 1.1},
+                            gate_intervals={P(d="a"): {"low": 0.6, "high": 3.0}, P(d="b"): {"low": 1.0, "high": 1.2}})
+    assert unsure.verdict == verdicts.REPRODUCED and unsure.gate == "passed"  # a gate passes on its value
+    assert unsure.reason.endswith("; the gate passed on its value, but its interval spans the bound on 1 of 2 "
+                                  "combination(s), e.g. 1.25 [0.6, 3] at d=a")
+    assert [d.get("gate_interval") for d in unsure.detail] == [[0.6, 3.0], [1.0, 1.2]]
+    assert "interval spans the bound" not in partly.reason  # no gate interval recorded: nothing to say
     assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
 

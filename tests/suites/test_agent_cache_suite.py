@@ -5,7 +5,7 @@ from claimbench import evidence
 from claimbench.suites import agent_cache as suite
 
 
-def test_accuracy_rows_record_a_wilson_interval_over_the_sessions_and_the_gate_reads_their_rates(
+def test_accuracy_rows_and_the_gate_record_intervals_over_the_sessions(
         monkeypatch, tmp_path):
     sessions = 10
     outcomes = {(policy, about): [i < 7 for i in range(sessions)]
@@ -19,3 +19,6 @@ def test_accuracy_rows_record_a_wilson_interval_over_the_sessions_and_the_gate_r
     row = recorded["agent_cache.Claim.track_accuracy_kv_drop_recent", evidence.params_key({"provider": "anthropic"})]
     assert row["method"] == "Wilson" and row["n"] == sessions and row["low"] < 0.6 < row["high"]
     assert suite.Claim.track_accuracy_kv_drop_recent.unit == "accuracy"
+    gate = recorded["agent_cache.Claim.track_recent_accuracy_vs_full", evidence.params_key({"provider": "anthropic"})]
+    assert gate["method"] == "paired bootstrap over items" and gate["n"] == sessions
+    assert gate["low"] < 0.6 / 0.7 < gate["high"]  # 10 sessions cannot tell 6 right from 7 right
