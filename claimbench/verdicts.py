@@ -252,9 +252,12 @@ def _closest(gate, detail: list[dict]) -> str:
 
 def _gate_unsure(gate, passing: list[dict]) -> str:
     """'; the gate passed on its value, but its interval spans the bound on 3 of 3 combination(s), e.g.
-    1.25 [0.6, 3] at provider=anthropic': the passing combinations whose gate interval reaches past its bound
-    (the data cannot tell that the gate passed there)."""
-    unsure = [e for e in passing if "gate_interval" in e and not all(gate.passes(x) for x in e["gate_interval"])]
+    1.25 [0.6, 3] at provider=anthropic': the passing combinations whose gate interval has the bound strictly
+    inside (the data cannot tell that the gate passed there). An exactness gate (every query identical: a rate
+    of 1 [0.996, 1] against >= 1) has its bound at the interval's end, so it says nothing there."""
+    def straddles(low: float, high: float) -> bool:
+        return any(bound is not None and low < bound < high for bound in (gate.min, gate.max))
+    unsure = [e for e in passing if "gate_interval" in e and straddles(*e["gate_interval"])]
     if not unsure:
         return ""
     first = unsure[0]

@@ -96,6 +96,9 @@ def test_gate_failed_partly_and_passed():
                                   "combination(s), e.g. 1.25 [0.6, 3] at d=a")
     assert [d.get("gate_interval") for d in unsure.detail] == [[0.6, 3.0], [1.0, 1.2]]
     assert "interval spans the bound" not in partly.reason  # no gate interval recorded: nothing to say
+    exact = verdicts.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0},
+                           gate_intervals={P(d="a"): {"low": 0.996, "high": 1.0}, P(d="b"): {"low": 0.99, "high": 1.0}})
+    assert "interval spans the bound" not in exact.reason  # every query identical: the bound is the interval's end
     assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
 
