@@ -162,7 +162,7 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded;
     explain_intervals: the same per benchmark of claim.explain, shown beside its values.
     gate_intervals: the gate benchmark's intervals by the same params, where recorded: a gate passes on its
-    value, and the reason says where its interval spans the bound (the data cannot tell it passed).
+    value, and the reason says where its interval has the bound strictly inside (the data cannot tell).
     """
     missing = [r for r in claim.requires if r not in caps]
     if missing:  # results from a machine without it (a CPU dry run of the GPU rows) do not measure the claim

@@ -89,17 +89,24 @@ def test_gate_failed_partly_and_passed():
     both = verdicts.judge(claim(gate=Gate("s.C.track_loss", min=0.0, max=1.0)), {P(): 2.0}, {P(): 1.5})
     assert both.reason.endswith("failed on every combination; the closest read 1.5")  # no "at" without parameters
     crashed = verdicts.judge(c, {P(d="a"): None}, {P(d="a"): None})  # neither ran: no gate was judged
+    assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
+
+
+def test_a_gate_that_passes_on_its_value_with_the_bound_inside_its_interval_says_so():
+    c = claim(gate=Gate("s.C.track_accuracy_ratio", min=0.9))
+    measured = {P(d="a"): 5.0, P(d="b"): 3.0}
     unsure = verdicts.judge(c, measured, {P(d="a"): 1.25, P(d="b"): 1.1},
                             gate_intervals={P(d="a"): {"low": 0.6, "high": 3.0}, P(d="b"): {"low": 1.0, "high": 1.2}})
     assert unsure.verdict == verdicts.REPRODUCED and unsure.gate == "passed"  # a gate passes on its value
     assert unsure.reason.endswith("; the gate passed on its value, but its interval spans the bound on 1 of 2 "
                                   "combination(s), e.g. 1.25 [0.6, 3] at d=a")
     assert [d.get("gate_interval") for d in unsure.detail] == [[0.6, 3.0], [1.0, 1.2]]
-    assert "interval spans the bound" not in partly.reason  # no gate interval recorded: nothing to say
-    exact = verdicts.judge(c, measured, {P(d="a"): 1.0, P(d="b"): 1.0},
+    no_interval = verdicts.judge(c, measured, {P(d="a"): 1.25, P(d="b"): 1.1})
+    assert "interval spans the bound" not in no_interval.reason  # nothing recorded: nothing to say
+    identical = claim(gate=Gate("s.C.track_identical", min=1.0))
+    exact = verdicts.judge(identical, measured, {P(d="a"): 1.0, P(d="b"): 1.0},
                            gate_intervals={P(d="a"): {"low": 0.996, "high": 1.0}, P(d="b"): {"low": 0.99, "high": 1.0}})
     assert "interval spans the bound" not in exact.reason  # every query identical: the bound is the interval's end
-    assert crashed.verdict == verdicts.NOT_MEASURED and crashed.gate == "not measured" and "failed" in crashed.reason
 
 
 def test_not_testable_and_not_measured():

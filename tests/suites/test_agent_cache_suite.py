@@ -5,8 +5,7 @@ from claimbench import evidence
 from claimbench.suites import agent_cache as suite
 
 
-def test_accuracy_rows_and_the_gate_record_intervals_over_the_sessions(
-        monkeypatch, tmp_path):
+def test_accuracy_rows_and_the_gate_record_intervals_over_the_sessions(monkeypatch, tmp_path):
     sessions = 10
     outcomes = {(policy, about): [i < 7 for i in range(sessions)]
                 for policy in suite.POLICIES for about in ("recent", "old")}
