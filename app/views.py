@@ -1,10 +1,12 @@
 """Small pieces every page shares: the empty-store notice, the run's progress, the verdict colours and badges."""
+import json
 import re
 
 import altair as alt
+import pandas as pd
 import streamlit as st
 
-from claimbench import store
+from claimbench import report, store
 
 VERDICT_COLORS = {"reproduced": "#1a7f37", "partly": "#bf8700", "not reproduced": "#cf222e",
                   "inconclusive": "#0969da", "gate failed": "#8250df", "not testable here": "#6e7781",
@@ -76,6 +78,12 @@ def read_claim(row) -> None:
                         ("Across machines", row.across)):
         if text:
             st.markdown(f"{label}: {literal(text)}")
+    detail = json.loads(row.detail or "[]")
+    if detail:
+        explain = list(dict.fromkeys(label for entry in detail for label in entry.get("explain", {})))
+        headers, rows = report.combinations(row.unit, explain, detail)
+        st.caption("Per parameter combination (95% intervals in brackets where recorded):")
+        st.dataframe(pd.DataFrame(rows, columns=headers), hide_index=True)
     if row.commit:
         st.caption(f"commit {row.commit} · {row['mode']} run, {row.inputs}")
 

@@ -99,18 +99,23 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
         for v in verdicts:
             if v.claim.id == claim.id and v.detail:
                 lines += [f"Per parameter combination on {v.machine}:", ""]
-                explain = [explain_label(b) for b in claim.explain]
-                detail_rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
-                                "—" if d["value"] is None else bracketed(d["value"], d.get("low"), d.get("high")),
-                                "" if d.get("gate_value") is None
-                                else bracketed(d["gate_value"], *d.get("gate_interval", ())),
-                                {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
-                               + [explained(d, e, digits=4) or "—" for e in explain]
-                               for d in v.detail]
-                lines += [_md_table(["params", claim.unit, "gate value", "gate", *explain], detail_rows), ""]
+                lines += [_md_table(*combinations(claim.unit, [explain_label(b) for b in claim.explain], v.detail)),
+                          ""]
     path = out_dir / f"{paper.id}.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def combinations(unit: str, explain: list[str], detail: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """A verdict's per-combination table (headers, rows): the parameters, the value with its interval, the
+    gate's value with its interval and whether it passed, and each explaining benchmark's value."""
+    rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
+             "—" if d["value"] is None else bracketed(d["value"], d.get("low"), d.get("high")),
+             "" if d.get("gate_value") is None else bracketed(d["gate_value"], *d.get("gate_interval", ())),
+             {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]
+            + [explained(d, label, digits=4) or "—" for label in explain]
+            for d in detail]
+    return ["params", unit, "gate value", "gate", *explain], rows
 
 
 def verdicts_json(latest: list[Verdict]) -> str:

@@ -85,8 +85,8 @@ def test_every_page_loads(server, page, path, expect):
     assert not [text for text in said if text.startswith("WARN") and ("zero" in text or "Infinite extent" in text)], said
 
 
-@pytest.mark.parametrize("path, heading, reading", [("", "Claims vs measured", "Claimed:"),
-                                                     ("paper?paper=lychee", "Lychee", "Claimed:"),
+@pytest.mark.parametrize("path, heading, reading", [("", "Claims vs measured", "Per parameter combination"),
+                                                     ("paper?paper=lychee", "Lychee", "Per parameter combination"),
                                                      ("alerts", "Alerts", "open its series")])
 def test_a_selected_row_is_written_out_in_full(server, page, path, heading, reading):
     url, _ = server
@@ -96,7 +96,7 @@ def test_a_selected_row_is_written_out_in_full(server, page, path, heading, read
     grid.wait_for(timeout=30_000)
     box = grid.bounding_box()
     page.mouse.click(box["x"] + 12, box["y"] + 52)  # the selection box of the first row, under the 35 px header
-    page.get_by_text(reading).first.wait_for(timeout=30_000)
+    page.get_by_text(reading).first.wait_for(timeout=30_000)  # a claim: its words, then its combinations
     page.screenshot(path=str(ARTIFACTS / f"{name}-selected.png"), full_page=True)
 
 
