@@ -422,7 +422,7 @@ def _table(alerts: list[Alert]) -> list[str]:
     lines = ["| kind | benchmark / claim | params | machine | commit | change | detail |",
              "|---|---|---|---|---|---|---|"]
     for a in alerts:
-        params = ", ".join(f"{k}={v}" for k, v in json.loads(a.params or "{}").items()) if a.params else ""
+        params = verdicts.params_text(json.loads(a.params)) if a.params else ""
         change = f"{a.change:+.1%}" if a.change is not None else ""
         lines.append(f"| {a.kind} | `{a.benchmark}` | {params} | {a.machine} | {(a.commit_hash or '')[:8]} "
                      f"| {change} | {a.detail} |")

@@ -7,7 +7,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .registry import REPO_ROOT, Registry
-from .verdicts import Verdict, across_machines, bracketed, explain_label, explained
+from .verdicts import Verdict, across_machines, bracketed, explain_label, explained, params_text
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -109,7 +109,7 @@ def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:
 def combinations(unit: str, explain: list[str], detail: list[dict]) -> tuple[list[str], list[list[str]]]:
     """A verdict's per-combination table (headers, rows): the parameters, the value with its interval, the
     gate's value with its interval and whether it passed, and each explaining benchmark's value."""
-    rows = [[", ".join(f"{k}={x}" for k, x in d["params"].items()),
+    rows = [[params_text(d["params"]),
              "—" if d["value"] is None else bracketed(d["value"], d.get("low"), d.get("high")),
              "" if d.get("gate_value") is None else bracketed(d["gate_value"], *d.get("gate_interval", ())),
              {True: "passed", False: "failed"}.get(d.get("gate_passed"), "")]

@@ -237,6 +237,15 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
                    samples=bounds.get("n"))
 
 
+def params_text(params: dict) -> str:
+    """'dataset=glove, target_recall=0.999'; empty without parameters."""
+    return ", ".join(f"{k}={x}" for k, x in params.items())
+
+
+def _at(params: dict) -> str:
+    return f" at {params_text(params)}" if params else ""
+
+
 def _closest(gate, detail: list[dict]) -> str:
     """'; the closest read 1.43 at method=race, retention=75': how far the gate is from passing, at the
     combination nearest its bound."""
@@ -246,8 +255,7 @@ def _closest(gate, detail: list[dict]) -> str:
     if not read:
         return "; no combination has a gate value"
     nearest = min(read, key=lambda e: shortfall(e["gate_value"]))
-    where = ", ".join(f"{k}={x}" for k, x in nearest["params"].items())
-    return f"; the closest read {nearest['gate_value']:.3g}" + (f" at {where}" if where else "")
+    return f"; the closest read {nearest['gate_value']:.3g}{_at(nearest['params'])}"
 
 
 def _gate_unsure(gate, passing: list[dict]) -> str:
@@ -261,10 +269,9 @@ def _gate_unsure(gate, passing: list[dict]) -> str:
     if not unsure:
         return ""
     first = unsure[0]
-    where = ", ".join(f"{k}={x}" for k, x in first["params"].items())
     return (f"; the gate passed on its value, but its interval spans the bound on {len(unsure)} of {len(passing)} "
             f"combination(s), e.g. {bracketed(first['gate_value'], *first['gate_interval'], digits=3)}"
-            + (f" at {where}" if where else ""))
+            f"{_at(first['params'])}")
 
 
 def _folded_interval(fold: str, passing: list[dict]) -> dict:
@@ -305,7 +312,7 @@ def _explained(claim: Claim, deciding: dict) -> str:
     ('; pruned fraction 0.65' for a benchmark without parameters)."""
     if not deciding.get("explain"):
         return ""
-    where = ", ".join(f"{k}={x}" for k, x in deciding["params"].items())
+    where = params_text(deciding["params"])
     values = ", ".join(f"{k} {shown}" for k in deciding["explain"] if (shown := explained(deciding, k)) is not None)
     if not values:
         return ""
