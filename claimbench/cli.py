@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -22,12 +23,41 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     reg = registry.load(args.papers)
     if args.serve:
-        if args.paper or args.bench:
-            raise ValueError("--serve runs every suite, one at a time; leave out --paper and --bench")
+        if args.paper or args.bench or args.stale:
+            raise ValueError("--serve runs every suite, one at a time; leave out --paper, --bench and --stale")
         from . import progressive
         return progressive.serve_and_run(reg, quick=args.quick, machine=args.machine, db=args.db, host=args.host,
                                          port=args.port)
+    if args.stale:
+        if args.paper or args.quick:
+            raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")
+        machine = args.machine or socket.gethostname()
+        papers = _stale_papers(reg, machine, args.db, [runner.results_dir(mode="full"),
+                                                       registry.REPO_ROOT / "reports" / "results"])
+        if papers == []:
+            print(f"claimbench: nothing stale on {machine}: every claim it can measure has a full run on the current "
+                  "inputs")
+            return 0
+        return runner.run(reg, papers, machine=machine, bench=args.bench)
     return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench)
+
+
+def _stale_papers(reg: registry.Registry, machine: str, db, results: list[Path]) -> list[str] | None:
+    """The papers `run --stale` runs on `machine` (verdicts.stale), judged on the results folders given (the
+    reference results, this checkout's full runs), ingested into the store first; None (every paper) where it
+    holds none of that machine's."""
+    ingest.ingest([p for p in results if p.exists()], db=db)
+    with store.connect(store.db_path(db)) as con:
+        verdicts.sync_registry(con, reg)
+        latest = verdicts.compute(con, reg)
+    if not any(v.machine == machine for v in latest):
+        print(f"claimbench: no results from {machine} in the store: every suite is stale there")
+        return None
+    papers = verdicts.stale(latest, machine)
+    if papers:
+        print(f"claimbench: {len(papers)} paper(s) stale on {machine}:" + "".join(
+            f"\n  {paper}: {', '.join(why)}" for paper, why in papers.items()))
+    return list(papers)
 
 
 def cmd_ingest(args) -> int:
@@ -188,9 +218,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small inputs, one round: minutes, not hours")
     p.add_argument("--machine", help="machine name for asv (default: hostname)")
     p.add_argument("--papers", help="papers.toml to read")
+    p.add_argument("--stale", action="store_true", help="only the papers this machine has no current full result "
+                                                         "for: a claim not measured, quick runs only, or other "
+                                                         "inputs (the reference results and this checkout's runs "
+                                                         "decide; --db: the store they are ingested into)")
     p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
                                                          "time, ingesting each as it finishes (what make run does)")
-    p.add_argument("--db", help="with --serve: the store")
+    p.add_argument("--db", help="with --serve or --stale: the store")
     p.add_argument("--host", default="127.0.0.1", help="with --serve: the leaderboard's address")
     p.add_argument("--port", type=int, default=8501, help="with --serve: the leaderboard's port")
     p.set_defaults(func=cmd_run)

@@ -388,6 +388,23 @@ def across_machines(verdicts: list[Verdict]) -> str:
                      + ", ".join(_differences(first, other)) for other in measured[1:] if other.verdict != first.verdict)
 
 
+def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
+    """paper id -> why its suite needs a full run on `machine` before that machine's verdicts count as
+    current: a claim it could measure without a result, or whose latest is a quick run, or a full run
+    on other inputs or on inputs not recorded (what `claimbench run --stale` runs). Claims the
+    machine cannot test, or without a benchmark, never do."""
+    out: dict[str, list[str]] = {}
+    for v in latest:
+        if v.machine != machine or v.verdict == NOT_TESTABLE or not v.claim.benchmark:
+            continue
+        why = ("not measured" if v.mode is None else
+               "quick runs only" if v.mode == "quick" else
+               v.inputs_status if v.inputs_status != CURRENT else None)
+        if why and why not in out.setdefault(v.claim.paper_id, []):
+            out[v.claim.paper_id].append(why)
+    return {paper: why for paper, why in out.items() if why}
+
+
 def _differences(a: Verdict, b: Verdict) -> list[str]:
     out = []
     if a.mode != b.mode:

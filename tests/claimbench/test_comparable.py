@@ -1,5 +1,6 @@
 """Comparable results: pinned inputs checked at load, runs keyed by mode and input digests, intervals
 carried from the suites' evidence into the store, and no alert or verdict history across modes or inputs."""
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -9,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from claimbench import (alerts, asvfiles, environment, evidence, ingest, inputs, intervals, machinespeed, metrics,
-                        registry, store, verdicts)
+from claimbench import (alerts, asvfiles, cli, environment, evidence, ingest, inputs, intervals, machinespeed,
+                        metrics, registry, store, verdicts)
 from claimbench.datasets import text
 
 from .test_alerts import PAPERS as GATED_PAPERS
@@ -228,6 +229,45 @@ def test_verdicts_say_whether_their_inputs_are_the_checkouts():
     assert verdicts.inputs_status("s", "fp2", current) == verdicts.OTHER_INPUTS
     assert verdicts.inputs_status("s", inputs.UNRECORDED, current) == verdicts.INPUTS_UNRECORDED
     assert set(verdicts.current_inputs()) >= {"lychee", "ssa", "ugds"}
+
+
+def test_run_stale_picks_the_papers_without_a_current_full_run(tmp_path, monkeypatch, capsys):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    reg = registry.load(papers)
+    run_at(results, 0, 3.0, mode="full", suite_inputs={"corpus": "old"})
+    monkeypatch.setattr(verdicts, "current_inputs", lambda: {"s": inputs.key({"corpus": "new"})})
+    assert cli._stale_papers(reg, "box", db, [results, tmp_path / "absent"]) == ["p"]
+    assert "1 paper(s) stale on box:\n  p: other inputs" in capsys.readouterr().out
+    assert cli._stale_papers(reg, "new-box", db, [results]) is None  # no result there: every suite
+    run_at(results, 1, 3.0, mode="full", suite_inputs={"corpus": "new"})
+    assert cli._stale_papers(reg, "box", db, [results]) == []
+    run_at(results, 2, 3.0, mode="quick", suite_inputs={"corpus": "new"})  # a quick run does not hide the full one
+    assert cli._stale_papers(reg, "box", db, [results]) == []
+    capsys.readouterr()
+    assert cli.main(["run", "--stale", "--quick", "--papers", str(papers)]) == 2
+    assert "--stale chooses the papers itself" in capsys.readouterr().err
+
+
+def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test():
+    claim = registry.Claim(paper_id="p", id="speed", metric="m", unit="x", direction="higher", claimed_text="2x",
+                           conditions="", baseline="b", benchmark="s.Claim.track_speedup", claimed=(2.0, 2.0))
+    untestable = dataclasses.replace(claim, id="gpu", requires=("gpu",))
+
+    def verdict(c, machine, **kw):
+        return verdicts.Verdict(c, machine, kw.pop("verdict", verdicts.REPRODUCED), **kw)
+    latest = [verdict(claim, "box", mode="quick", inputs_status=verdicts.CURRENT),
+              verdict(claim, "box", mode="quick", inputs_status=verdicts.CURRENT),
+              verdict(untestable, "box", verdict=verdicts.NOT_TESTABLE),
+              verdict(claim, "xeon", mode="unrecorded", inputs_status=verdicts.INPUTS_UNRECORDED),
+              verdict(claim, "gpu", verdict=verdicts.NOT_MEASURED),
+              verdict(claim, "epyc", mode="full", inputs_status=verdicts.CURRENT, verdict=verdicts.GATE_FAILED)]
+    assert verdicts.stale(latest, "box") == {"p": ["quick runs only"]}
+    assert verdicts.stale(latest, "xeon") == {"p": ["inputs not recorded"]}
+    assert verdicts.stale(latest, "gpu") == {"p": ["not measured"]}
+    assert verdicts.stale(latest, "epyc") == {}  # a failed gate is a current result
 
 
 @pytest.mark.parametrize("newest, status", [([1.9, 2.4, 2.6, 2.7, 3.0, 3.3, 3.8], "within noise"),
