@@ -390,19 +390,34 @@ def across_machines(verdicts: list[Verdict]) -> str:
 
 def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     """paper id -> why its suite needs a full run on `machine` before that machine's verdicts count as
-    current: a claim it could measure without a result, or whose latest is a quick run, or a full run
-    on other inputs or on inputs not recorded (what `claimbench run --stale` runs). Claims the
-    machine cannot test, or without a benchmark, never do."""
+    current (what `claimbench run --stale` runs): a claim it could measure without a result, or whose
+    latest is a quick run, or a full run on other inputs or on inputs not recorded, or a verdict that
+    differs from another machine's measured later with files on the suite's code path changed in
+    between (claimbench.codepath: the two did not run the same code). Claims the machine cannot
+    test, or without a benchmark, never do."""
     out: dict[str, list[str]] = {}
     for v in latest:
         if v.machine != machine or v.verdict == NOT_TESTABLE or not v.claim.benchmark:
             continue
         why = ("not measured" if v.mode is None else
                "quick runs only" if v.mode == "quick" else
-               v.inputs_status if v.inputs_status != CURRENT else None)
+               v.inputs_status if v.inputs_status != CURRENT else _newer_code_differs(v, latest))
         if why and why not in out.setdefault(v.claim.paper_id, []):
             out[v.claim.paper_id].append(why)
     return {paper: why for paper, why in out.items() if why}
+
+
+def _newer_code_differs(v: Verdict, latest: list[Verdict]) -> str | None:
+    """'older code than M's, whose verdict differs' where machine M measured the claim at a later commit
+    with a different verdict and changed files on the suite's code path; else None."""
+    suite = inputs.suite_of(v.claim.benchmark or "")
+    for other in latest:
+        if (other.claim.key == v.claim.key and other.machine != v.machine and other.verdict != v.verdict
+                and other.verdict not in (NOT_TESTABLE, NOT_MEASURED) and other.commit_date is not None
+                and v.commit_date is not None and other.commit_date > v.commit_date
+                and codepath.unchanged(suite, v.commit_hash or "", other.commit_hash or "") is False):
+            return f"older code than {other.machine}'s, whose verdict differs"
+    return None
 
 
 def _differences(a: Verdict, b: Verdict) -> list[str]:

@@ -251,7 +251,7 @@ def test_run_stale_picks_the_papers_without_a_current_full_run(tmp_path, monkeyp
     assert "--stale chooses the papers itself" in capsys.readouterr().err
 
 
-def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test():
+def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test(monkeypatch):
     claim = registry.Claim(paper_id="p", id="speed", metric="m", unit="x", direction="higher", claimed_text="2x",
                            conditions="", baseline="b", benchmark="s.Claim.track_speedup", claimed=(2.0, 2.0))
     untestable = dataclasses.replace(claim, id="gpu", requires=("gpu",))
@@ -268,6 +268,15 @@ def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test():
     assert verdicts.stale(latest, "xeon") == {"p": ["inputs not recorded"]}
     assert verdicts.stale(latest, "gpu") == {"p": ["not measured"]}
     assert verdicts.stale(latest, "epyc") == {}  # a failed gate is a current result
+    monkeypatch.setattr(verdicts.codepath, "unchanged", lambda suite, before, after: before == after)
+    older, newer = (verdict(claim, machine, mode="full", inputs_status=verdicts.CURRENT, verdict=which,
+                            commit_hash=commit, commit_date=date)
+                    for machine, which, commit, date in (("xeon", verdicts.PARTLY, "a" * 40, 1),
+                                                         ("epyc", verdicts.REPRODUCED, "b" * 40, 2)))
+    assert verdicts.stale([older, newer], "xeon") == {"p": ["older code than epyc's, whose verdict differs"]}
+    assert verdicts.stale([older, newer], "epyc") == {}  # the later run is current
+    older.commit_hash = newer.commit_hash
+    assert verdicts.stale([older, newer], "xeon") == {}  # the same code: the machines differ, no rerun helps
 
 
 @pytest.mark.parametrize("newest, status", [([1.9, 2.4, 2.6, 2.7, 3.0, 3.3, 3.8], "within noise"),
