@@ -439,6 +439,9 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
     else:
         out.append(f"their intervals do not overlap ({a.interval_text} vs {b.interval_text}): not noise; "
                    + ("the machines measure differently" if same_code else "the machines or that code differ"))
+    if same_code is False and a.commit_date is not None and b.commit_date is not None:
+        older = min((a, b), key=lambda v: v.commit_date)
+        out.append(f"`claimbench run --stale --machine {older.machine}` runs the newer code there")
     return out
 
 

@@ -250,6 +250,10 @@ def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
     failed = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.GATE_FAILED, commit="b" * 40)])
     assert failed == ("epyc reproduced, xeon gate failed: files on its code path differ between aaaaaaaa and "
                       "bbbbbbbb, no interval on xeon (gate failed)")
+    epyc.commit_date, older_xeon = 2, machine_verdict("xeon", verdicts.PARTLY, 1.5, 1.3, 1.7, commit="b" * 40)
+    older_xeon.commit_date = 1
+    assert verdicts.across_machines([epyc, older_xeon]).endswith(
+        "the machines or that code differ, `claimbench run --stale --machine xeon` runs the newer code there")
 
 
 def test_the_terminal_table_clips_the_long_texts_and_keeps_the_interval():
