@@ -48,10 +48,14 @@ def papers() -> pd.DataFrame:
                          for p in reg.papers])
 
 
+def _latest_verdicts() -> list[verdicts.Verdict]:
+    return _read(lambda con: verdicts.compute(con, registry.load(), store_history=False))
+
+
 @st.cache_data(show_spinner=False)
 def claims(version) -> pd.DataFrame:
     """One row per claim and machine: the latest verdict, computed live from the results."""
-    latest = _read(lambda con: verdicts.compute(con, registry.load(), store_history=False))
+    latest = _latest_verdicts()
     reg = registry.load()
     tiers = {p.id: p.tier for p in reg.papers}
     rows = []
@@ -287,6 +291,19 @@ def machines(version) -> pd.DataFrame:
         libs = df.pop("libraries").map(lambda s: json.loads(s or "{}"))
         df["libraries"] = libs.map(lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())))
     return df
+
+
+@st.cache_data(show_spinner=False)
+def stale(version) -> pd.DataFrame:
+    """One row per machine and reason: the papers `claimbench run --stale` would run there for it (verdicts.stale)."""
+    latest = _latest_verdicts()
+    rows: dict[tuple[str, str], list[str]] = {}
+    for machine in dict.fromkeys(v.machine for v in latest if v.machine):
+        for paper, reasons in verdicts.stale(latest, machine).items():
+            for why in reasons:
+                rows.setdefault((machine, why), []).append(paper)
+    return pd.DataFrame([dict(machine=machine, why=why, papers=", ".join(papers))
+                         for (machine, why), papers in rows.items()], columns=["machine", "why", "papers"])
 
 
 @st.cache_data(show_spinner=False)
