@@ -1,5 +1,5 @@
-"""Hardware and library versions of every machine that reported, and how fast each was at each run
-(claimbench.machinespeed's probes)."""
+"""Hardware and library versions of every machine that reported, what each needs to run again to be current
+(verdicts.stale), and how fast each was at each run (claimbench.machinespeed's probes)."""
 import altair as alt
 import streamlit as st
 
