@@ -218,11 +218,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small inputs, one round: minutes, not hours")
     p.add_argument("--machine", help="machine name for asv (default: hostname)")
     p.add_argument("--papers", help="papers.toml to read")
-    p.add_argument("--stale", action="store_true", help="only the papers this machine has no current full result "
-                                                         "for: a claim not measured, quick runs only, other inputs, "
-                                                         "or older code than another machine's whose verdict "
-                                                         "differs (the reference results and this checkout's runs "
-                                                         "decide; --db: the store they are ingested into)")
+    p.add_argument("--stale", action="store_true",
+                   help="only the papers this machine has no current full result for: a claim not measured, quick "
+                        "runs only, other inputs, no interval, or older code than another machine's whose verdict "
+                        "differs (the reference results and this checkout's runs decide; --db: the store they are "
+                        "ingested into)")
     p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
                                                          "time, ingesting each as it finishes (what make run does)")
     p.add_argument("--db", help="with --serve or --stale: the store")

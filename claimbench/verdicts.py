@@ -393,18 +393,31 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     current (what `claimbench run --stale` runs): a claim it could measure without a result, or whose
     latest is a quick run, or a full run on other inputs or on inputs not recorded, or a verdict that
     differs from another machine's measured later with files on the suite's code path changed in
-    between (claimbench.codepath: the two did not run the same code). Claims the machine cannot
+    between (claimbench.codepath: the two did not run the same code), or a value without the interval
+    another machine's result of the claim has (its suite recorded none yet). Claims the machine cannot
     test, or without a benchmark, never do."""
     out: dict[str, list[str]] = {}
     for v in latest:
         if v.machine != machine or v.verdict == NOT_TESTABLE or not v.claim.benchmark:
             continue
-        why = ("not measured" if v.mode is None else
-               "quick runs only" if v.mode == "quick" else
-               v.inputs_status if v.inputs_status != CURRENT else _newer_code_differs(v, latest))
+        why = _why_stale(v, latest)
         if why and why not in out.setdefault(v.claim.paper_id, []):
             out[v.claim.paper_id].append(why)
     return {paper: why for paper, why in out.items() if why}
+
+
+def _why_stale(v: Verdict, latest: list[Verdict]) -> str | None:
+    """The first reason of `stale`'s that v's machine needs a full run for v's claim, or None."""
+    if v.mode is None:
+        return "not measured"
+    if v.mode == "quick":
+        return "quick runs only"
+    if v.inputs_status != CURRENT:
+        return v.inputs_status
+    if v.measured is not None and v.low is None and any(o.claim.key == v.claim.key and o.low is not None
+                                                        for o in latest):
+        return "no interval"
+    return _newer_code_differs(v, latest)
 
 
 def _newer_code_differs(v: Verdict, latest: list[Verdict]) -> str | None:

@@ -15,7 +15,8 @@ stale = queries.stale(version)
 if not stale.empty:
     st.subheader("Out of date")
     st.caption("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
-               "this checkout's, or from older code than another machine's whose verdict differs. On that machine, "
+               "this checkout's, without the interval another machine's has, or from older code than another "
+               "machine's whose verdict differs. On that machine, "
                "`claimbench run --stale --machine NAME` runs exactly these (a lent GPU machine runs `claimbench "
                "device-run` instead).")
     st.dataframe(stale, hide_index=True, width="stretch")

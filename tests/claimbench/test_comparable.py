@@ -268,6 +268,10 @@ def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test(mon
     assert verdicts.stale(latest, "xeon") == {"p": ["inputs not recorded"]}
     assert verdicts.stale(latest, "gpu") == {"p": ["not measured"]}
     assert verdicts.stale(latest, "epyc") == {}  # a failed gate is a current result
+    bare, bounded = (verdict(claim, machine, mode="full", inputs_status=verdicts.CURRENT, measured=2.5, low=low,
+                             high=low and 2.9) for machine, low in (("xeon", None), ("epyc", 2.1)))
+    assert verdicts.stale([bare, bounded], "xeon") == {"p": ["no interval"]}
+    assert verdicts.stale([bare], "xeon") == {}  # no machine has one: nothing a rerun would add
     monkeypatch.setattr(verdicts.codepath, "unchanged", lambda suite, before, after: before == after)
     older, newer = (verdict(claim, machine, mode="full", inputs_status=verdicts.CURRENT, verdict=which,
                             commit_hash=commit, commit_date=date)
