@@ -35,8 +35,7 @@ def cmd_run(args) -> int:
         papers = _stale_papers(reg, machine, args.db, [runner.results_dir(mode="full"),
                                                        registry.REPO_ROOT / "reports" / "results"])
         if papers == []:
-            print(f"claimbench: nothing stale on {machine}: every claim it can measure has a full run on the current "
-                  "inputs")
+            print(f"claimbench: nothing stale on {machine}: every claim it can measure has a current full result")
             return 0
         return runner.run(reg, papers, machine=machine, bench=args.bench)
     return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench)
