@@ -36,7 +36,8 @@ Results are grouped by run mode (full, quick, or unrecorded for older files) and
 the inputs their suite read: a history, a flip or a comparison never mixes two groups. A machine's
 latest verdict comes from its full-mode results where it has them (then unrecorded, then quick),
 and says whether its inputs are the checkout's own. Where machines' verdicts on a claim differ,
-`across_machines` says what sets them apart: mode, inputs, code, or intervals apart or overlapping.
+`across_machines` says what sets them apart: mode, inputs, code, or intervals apart or overlapping, and
+`stale` what a machine must run again for its verdicts to be current (`claimbench run --stale`).
 """
 from __future__ import annotations
 
@@ -391,11 +392,11 @@ def across_machines(verdicts: list[Verdict]) -> str:
 def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     """paper id -> why its suite needs a full run on `machine` before that machine's verdicts count as
     current (what `claimbench run --stale` runs): a claim it could measure without a result, or whose
-    latest is a quick run, or a full run on other inputs or on inputs not recorded, or a verdict that
-    differs from another machine's measured later with files on the suite's code path changed in
-    between (claimbench.codepath: the two did not run the same code), or a value without the interval
-    another machine's result of the claim has (its suite recorded none yet). Claims the machine cannot
-    test, or without a benchmark, never do."""
+    latest is a quick run, or a full run on other inputs or on inputs not recorded, or a value without
+    the interval another machine's result of the claim has (its suite recorded none yet), or a verdict
+    that differs from another machine's measured later with files on the suite's code path changed in
+    between (claimbench.codepath: the two did not run the same code). Claims the machine cannot test,
+    or without a benchmark, never do."""
     out: dict[str, list[str]] = {}
     for v in latest:
         if v.machine != machine or v.verdict == NOT_TESTABLE or not v.claim.benchmark:
