@@ -296,14 +296,9 @@ def machines(version) -> pd.DataFrame:
 @st.cache_data(show_spinner=False)
 def stale(version) -> pd.DataFrame:
     """One row per machine and reason: the papers `claimbench run --stale` would run there for it (verdicts.stale)."""
-    latest = _latest_verdicts()
-    rows: dict[tuple[str, str], list[str]] = {}
-    for machine in dict.fromkeys(v.machine for v in latest if v.machine):
-        for paper, reasons in verdicts.stale(latest, machine).items():
-            for why in reasons:
-                rows.setdefault((machine, why), []).append(paper)
     return pd.DataFrame([dict(machine=machine, why=why, papers=", ".join(papers))
-                         for (machine, why), papers in rows.items()], columns=["machine", "why", "papers"])
+                         for machine, why, papers in verdicts.stale_by_reason(_latest_verdicts())],
+                        columns=["machine", "why", "papers"])
 
 
 @st.cache_data(show_spinner=False)

@@ -407,6 +407,16 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     return {paper: why for paper, why in out.items() if why}
 
 
+def stale_by_reason(latest: list[Verdict]) -> list[tuple[str, str, list[str]]]:
+    """(machine, why, papers) for every machine with stale papers (`stale`), one row per reason."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for machine in dict.fromkeys(v.machine for v in latest if v.machine):
+        for paper, reasons in stale(latest, machine).items():
+            for why in reasons:
+                rows.setdefault((machine, why), []).append(paper)
+    return [(machine, why, papers) for (machine, why), papers in rows.items()]
+
+
 def _why_stale(v: Verdict, latest: list[Verdict]) -> str | None:
     """The first reason of `stale`'s that v's machine needs a full run for v's claim, or None."""
     if v.mode is None:

@@ -1,5 +1,8 @@
-"""The per-combination table the paper pages and the leaderboard's claim reader share."""
-from claimbench import report
+"""The per-combination table the paper pages and the leaderboard's claim reader share, and the index's
+out-of-date table."""
+from claimbench import registry, report, verdicts
+
+from .test_comparable import PAPERS
 
 
 def test_combinations_show_each_value_and_gate_value_with_its_interval():
@@ -10,3 +13,19 @@ def test_combinations_show_each_value_and_gate_value_with_its_interval():
     assert headers == ["params", "%", "gate value", "gate", "pruned fraction"]
     assert rows == [["provider=anthropic", "-32.79 [-34.28, -31.37]", "1.25 [1, 3]", "passed", "0.5"],
                     ["provider=google", "—", "0.5", "failed", "—"]]
+
+
+def test_the_index_lists_what_each_machine_must_run_again(tmp_path):
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    reg = registry.load(papers)
+    claim = reg.papers[0].claims[0]
+    current = verdicts.Verdict(claim, "box", verdicts.REPRODUCED, measured=2.5, low=2.1, high=2.9, mode="full",
+                               inputs="d", inputs_status=verdicts.CURRENT)
+    quick = verdicts.Verdict(claim, "xeon", verdicts.PARTLY, measured=1.9, low=1.5, high=2.2, mode="quick",
+                             inputs="d", inputs_status=verdicts.CURRENT)
+    report.write(reg, [current, quick], tmp_path)
+    index = (tmp_path / "index.md").read_text()
+    assert "## Out of date" in index and "| xeon | quick runs only | p |" in index
+    report.write(reg, [current], tmp_path)
+    assert "Out of date" not in (tmp_path / "index.md").read_text()
