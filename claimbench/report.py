@@ -78,7 +78,7 @@ def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT /
                   "Papers whose latest full result on a machine is missing, from quick runs only, on other inputs, "
                   "without the interval another machine's has, or from older code than another machine's whose "
                   "verdict differs: `claimbench run --stale --machine NAME` on that machine runs them (a lent GPU "
-                  "machine runs `claimbench device-run`).", "",
+                  "machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).", "",
                   _md_table(["machine", "why", "papers"], [[m, why, ", ".join(p)] for m, why, p in stale])]
     path = out_dir / "index.md"
     path.write_text("\n".join(index) + "\n")

@@ -17,8 +17,8 @@ if not stale.empty:
     st.caption("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
                "this checkout's, without the interval another machine's has, or from older code than another "
                "machine's whose verdict differs. On that machine, "
-               "`claimbench run --stale --machine NAME` runs exactly these (a lent GPU machine runs `claimbench "
-               "device-run` instead).")
+               "`claimbench run --stale --machine NAME` runs exactly these (a lent GPU machine, without asv, runs "
+               "`claimbench device-run` instead: the GPU benchmarks only).")
     st.dataframe(stale, hide_index=True, width="stretch")
 speed = queries.machine_speed(version)
 if not speed.empty:
