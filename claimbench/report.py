@@ -7,7 +7,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from .registry import REPO_ROOT, Registry
-from .verdicts import Verdict, across_machines, bracketed, explain_label, explained, params_text, stale_by_reason
+from .verdicts import (STALE_TEXT, Verdict, across_machines, bracketed, explain_label, explained, params_text,
+                       stale_by_reason)
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -74,11 +75,7 @@ def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT /
     index.append(_md_table(["paper", "tier", "claim", "claimed", "measured [95% interval]", "machine", "verdict",
                             "gate", "run"], rows))
     if stale := stale_by_reason(latest):
-        index += ["", "## Out of date", "",
-                  "Papers whose latest full result on a machine is missing, from quick runs only, on other inputs, "
-                  "without the interval another machine's has, or from older code than another machine's whose "
-                  "verdict differs: `claimbench run --stale --machine NAME` on that machine runs them (a lent GPU "
-                  "machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).", "",
+        index += ["", "## Out of date", "", STALE_TEXT, "",
                   _md_table(["machine", "why", "papers"], [[m, why, ", ".join(p)] for m, why, p in stale])]
     path = out_dir / "index.md"
     path.write_text("\n".join(index) + "\n")

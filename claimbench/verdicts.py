@@ -407,6 +407,12 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     return {paper: why for paper, why in out.items() if why}
 
 
+STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
+              "this checkout's, without the interval another machine's has, or from older code than another "
+              "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
+              "(a lent GPU machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).")
+
+
 def stale_by_reason(latest: list[Verdict]) -> list[tuple[str, str, list[str]]]:
     """(machine, why, papers) for every machine with stale papers (`stale`), one row per reason."""
     rows: dict[tuple[str, str], list[str]] = {}

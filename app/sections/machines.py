@@ -3,6 +3,7 @@
 import altair as alt
 import streamlit as st
 
+from claimbench import verdicts
 from claimbench.app import queries, views
 
 version = queries.db_version()
@@ -14,11 +15,7 @@ if not df.empty:
 stale = queries.stale(version)
 if not stale.empty:
     st.subheader("Out of date")
-    st.caption("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
-               "this checkout's, without the interval another machine's has, or from older code than another "
-               "machine's whose verdict differs. On that machine, "
-               "`claimbench run --stale --machine NAME` runs exactly these (a lent GPU machine, without asv, runs "
-               "`claimbench device-run` instead: the GPU benchmarks only).")
+    st.caption(verdicts.STALE_TEXT)
     st.dataframe(stale, hide_index=True, width="stretch")
 speed = queries.machine_speed(version)
 if not speed.empty:
