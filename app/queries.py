@@ -48,14 +48,17 @@ def papers() -> pd.DataFrame:
                          for p in reg.papers])
 
 
-def _latest_verdicts() -> list[verdicts.Verdict]:
+@st.cache_data(show_spinner=False)
+def latest_verdicts(version) -> list[verdicts.Verdict]:
+    """The latest verdict per claim and machine, computed live from the results: the claims table and the
+    out-of-date table read one computation."""
     return _read(lambda con: verdicts.compute(con, registry.load(), store_history=False))
 
 
 @st.cache_data(show_spinner=False)
 def claims(version) -> pd.DataFrame:
-    """One row per claim and machine: the latest verdict, computed live from the results."""
-    latest = _latest_verdicts()
+    """One row per claim and machine: the latest verdict."""
+    latest = latest_verdicts(version)
     reg = registry.load()
     tiers = {p.id: p.tier for p in reg.papers}
     rows = []
@@ -297,7 +300,7 @@ def machines(version) -> pd.DataFrame:
 def stale(version) -> pd.DataFrame:
     """One row per machine and reason: the papers `claimbench run --stale` would run there for it (verdicts.stale)."""
     return pd.DataFrame([dict(machine=machine, why=why, papers=", ".join(papers))
-                         for machine, why, papers in verdicts.stale_by_reason(_latest_verdicts())],
+                         for machine, why, papers in verdicts.stale_by_reason(latest_verdicts(version))],
                         columns=["machine", "why", "papers"])
 
 

@@ -61,6 +61,10 @@ MODE_PREFERENCE = ("full", inputs.UNRECORDED, "quick")
 CURRENT, OTHER_INPUTS, INPUTS_UNRECORDED = "current inputs", "other inputs", "inputs not recorded"
 
 REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
+STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
+              "this checkout's, without the interval another machine's has, or from older code than another "
+              "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
+              "(a lent GPU machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).")
 _FOLD = {"max": max, "min": min, "median": statistics.median, "mean": statistics.fmean}
 
 
@@ -404,13 +408,7 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
         why = _why_stale(v, latest)
         if why and why not in out.setdefault(v.claim.paper_id, []):
             out[v.claim.paper_id].append(why)
-    return {paper: why for paper, why in out.items() if why}
-
-
-STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
-              "this checkout's, without the interval another machine's has, or from older code than another "
-              "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
-              "(a lent GPU machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).")
+    return out
 
 
 def stale_by_reason(latest: list[Verdict]) -> list[tuple[str, str, list[str]]]:
@@ -440,14 +438,20 @@ def _why_stale(v: Verdict, latest: list[Verdict]) -> str | None:
 def _newer_code_differs(v: Verdict, latest: list[Verdict]) -> str | None:
     """'older code than M's, whose verdict differs' where machine M measured the claim at a later commit
     with a different verdict and changed files on the suite's code path; else None."""
-    suite = inputs.suite_of(v.claim.benchmark or "")
     for other in latest:
         if (other.claim.key == v.claim.key and other.machine != v.machine and other.verdict != v.verdict
                 and other.verdict not in (NOT_TESTABLE, NOT_MEASURED) and other.commit_date is not None
                 and v.commit_date is not None and other.commit_date > v.commit_date
-                and codepath.unchanged(suite, v.commit_hash or "", other.commit_hash or "") is False):
+                and _same_code(v, other) is False):
             return f"older code than {other.machine}'s, whose verdict differs"
     return None
+
+
+def _same_code(a: Verdict, b: Verdict) -> bool | None:
+    """True where two verdicts of a claim ran the same files on its suite's code path (one commit, or no
+    change between theirs), False where one changed; None where git cannot tell (claimbench.codepath)."""
+    return a.commit_hash == b.commit_hash or codepath.unchanged(
+        inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
 
 
 def _differences(a: Verdict, b: Verdict) -> list[str]:
@@ -456,8 +460,7 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
         out.append(f"different run modes ({a.mode}, {b.mode})")
     if a.inputs != b.inputs or a.inputs_status != b.inputs_status:
         out.append(f"different inputs ({a.inputs_status}, {b.inputs_status})")
-    same_code = a.commit_hash == b.commit_hash or codepath.unchanged(
-        inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
+    same_code = _same_code(a, b)
     if not same_code:
         out.append(f"{'files on its code path differ' if same_code is False else 'measured at different commits'} "
                    f"between {(a.commit_hash or '')[:8]} and {(b.commit_hash or '')[:8]}")
