@@ -23,8 +23,9 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     reg = registry.load(args.papers)
     if args.serve:
-        if args.paper or args.bench or args.stale:
-            raise ValueError("--serve runs every suite, one at a time; leave out --paper, --bench and --stale")
+        if args.paper or args.bench or args.stale or args.dry_run:
+            raise ValueError("--serve runs every suite, one at a time; leave out --paper, --bench, --stale and "
+                             "--dry-run")
         from . import progressive
         return progressive.serve_and_run(reg, quick=args.quick, machine=args.machine, db=args.db, host=args.host,
                                          port=args.port)
@@ -33,12 +34,12 @@ def cmd_run(args) -> int:
             raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")
         machine = args.machine or socket.gethostname()
         papers = _stale_papers(reg, machine, args.db, [runner.results_dir(mode="full"),
-                                                       registry.REPO_ROOT / "reports" / "results"])
+                                                       registry.REPO_ROOT / runner.REFERENCE_RESULTS])
         if papers == []:
             print(f"claimbench: nothing stale on {machine}: every claim it can measure has a current full result")
             return 0
-        return runner.run(reg, papers, machine=machine, bench=args.bench)
-    return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench)
+        return runner.run(reg, papers, machine=machine, bench=args.bench, dry_run=args.dry_run)
+    return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run)
 
 
 def _stale_papers(reg: registry.Registry, machine: str, db, results: list[Path]) -> list[str] | None:
@@ -221,6 +222,8 @@ def parser() -> argparse.ArgumentParser:
                         "runs only, other inputs, no interval, or older code than another machine's whose verdict "
                         "differs (the reference results and this checkout's runs decide; --db: the store they are "
                         "ingested into)")
+    p.add_argument("--dry-run", action="store_true", help="say what would run (with --stale: which papers, and why) "
+                                                           "and run nothing")
     p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
                                                          "time, ingesting each as it finishes (what make run does)")
     p.add_argument("--db", help="with --serve or --stale: the store")

@@ -128,7 +128,7 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
     machine = machine or socket.gethostname()
     mode = "quick" if quick else "full"
     results = runner.results_dir(root, mode)
-    _ingest([runner.results_dir(root, "full"), runner.results_dir(root, "quick"), root / "reports" / "results"], db,
+    _ingest([runner.results_dir(root, "full"), runner.results_dir(root, "quick"), root / runner.REFERENCE_RESULTS], db,
             progress)
     app = subprocess.Popen([sys.executable, "-m", "claimbench.cli", "app", "--db", str(store.db_path(db)),
                             "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

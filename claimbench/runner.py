@@ -33,6 +33,8 @@ from .registry import REPO_ROOT, Registry
 
 QUICK_ENV = "CLAIMBENCH_QUICK"
 CONFIGS = {"full": "asv.conf.json", "quick": "asv.quick.conf.json"}
+REFERENCE_RESULTS = Path("reports") / "results"  # the shipped reference results, one folder per machine
+HARDWARE = ("arch", "cpu", "num_cpu")  # what asv's machine file says of the hardware (its OS and RAM vary by boot)
 
 
 def asv_config(root: Path = REPO_ROOT, mode: str = "full") -> dict:
@@ -67,6 +69,25 @@ def write_machine_file(name: str) -> dict:
         MachineCollection.save(name, info, _path=str(staged))
         os.replace(staged, path)
     return info
+
+
+def other_hardware(machine: str, root: Path = REPO_ROOT) -> str | None:
+    """Why this machine must not save results under `machine`'s name: the reference results recorded
+    under that name (REFERENCE_RESULTS/<machine>/machine.json) describe other hardware, and asv would
+    file this machine's numbers in that machine's series. None where the name is free or the hardware
+    matches."""
+    path = root / REFERENCE_RESULTS / machine / "machine.json"
+    if not path.is_file():
+        return None
+    recorded, here = json.loads(path.read_text()), Machine.get_defaults()
+    differ = [key for key in HARDWARE if str(recorded.get(key)) != str(here.get(key))]
+    if not differ:
+        return None
+    def describe(info: dict) -> str:
+        return ", ".join(f"{key} {info.get(key)!r}" for key in differ)
+    return (f"{machine}'s reference results ({path.relative_to(root)}) were measured on {describe(recorded)}; this "
+            f"machine has {describe(here)}. Run it on {machine} itself; here, leave out --machine (results go under "
+            "this machine's hostname) or pass a name of this machine's own")
 
 
 def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
@@ -143,16 +164,27 @@ def stop_tree(pid: int, grace_s: float = 10.0) -> None:
 
 
 def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
-        bench: list[str] | None = None, root: Path = REPO_ROOT) -> int:
-    """Run the suites with asv, streaming its progress.
+        bench: list[str] | None = None, root: Path = REPO_ROOT, dry_run: bool = False) -> int:
+    """Run the suites with asv, streaming its progress; with dry_run, say what would run and run nothing.
 
     Returns 0 when every benchmark ran, 1 when some failed (they are saved as failed and the
-    others as measured), and asv's own code when asv itself could not run.
+    others as measured), and asv's own code when asv itself could not run. Refuses a machine name
+    whose reference results describe other hardware (other_hardware).
     """
     machine = machine or socket.gethostname()
+    mode = "quick" if quick else "full"
+    patterns = bench_patterns(registry, paper_ids or []) + (bench or [])
+    mismatch = other_hardware(machine, root)
+    if dry_run:
+        print(f"claimbench: would run asv on {machine} ({mode} mode), "
+              + (f"benchmarks matching {' or '.join(patterns)}" if patterns else "every suite"), flush=True)
+        if mismatch:
+            print(f"claimbench: and would refuse: {mismatch}", flush=True)
+        return 0
+    if mismatch:
+        raise ValueError(mismatch)
     info = write_machine_file(machine)
     commit = head_commit(root)
-    mode = "quick" if quick else "full"
     machine_dir = results_dir(root, mode) / machine
     private = tempfile.TemporaryDirectory(prefix="claimbench-asv-")
     machine_file = Path(private.name) / "asv-machine.json"  # this run's own: see claimbench.asv_run
@@ -161,7 +193,7 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
            "--python=same", "--set-commit-hash", commit, "--machine", machine, "--show-stderr"]
     if quick:
         cmd += ["-a", "rounds=1", "-a", "repeat=(1, 5, 5.0)"]
-    for pattern in bench_patterns(registry, paper_ids or []) + (bench or []):
+    for pattern in patterns:
         cmd += ["--bench", pattern]
     suite_log = Path(private.name) / "suites.log"  # the suites' progress lines (claimbench.suitelog)
     env = {**os.environ, QUICK_ENV: "1" if quick else "0",
@@ -229,6 +261,9 @@ def run_kernels(machine: str | None = None, root: Path = REPO_ROOT, pattern: str
     folder as `<commit>-kernels.json`, under the same machine name and commit as asv's runs.
     Returns pytest's exit code and the JSON's path (written only when some kernel ran)."""
     machine = machine or socket.gethostname()
+    mismatch = other_hardware(machine, root)
+    if mismatch:
+        raise ValueError(mismatch)
     write_machine_file(machine)
     commit = head_commit(root)
     out = results_dir(root, "full") / machine / f"{commit[:8]}{KERNELS_SUFFIX}"

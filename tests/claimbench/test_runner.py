@@ -3,9 +3,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from asv.machine import Machine, MachineCollection
 
-from claimbench import runner
+from claimbench import registry, runner
 
 from tests.conftest import asv_repo
 
@@ -40,3 +41,27 @@ def test_asv_runs_on_a_machine_file_of_its_own(tmp_path):
     assert [p.name for p in (repo / "results" / "box").glob("*.json") if p.name != "machine.json"]
     assert (home / ".asv-machine.json").read_text() == ""
     assert "box" in json.loads(private.read_text())
+
+
+def test_a_run_refuses_a_name_whose_reference_results_are_other_hardware(tmp_path, monkeypatch, capsys):
+    """A run under another machine's name would file this machine's numbers in that machine's series; a dry
+    run says so, and neither touches ~/.asv-machine.json."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    here = Machine.get_defaults()
+    for name, cpu in [("twin", here["cpu"]), ("other", "Some Other CPU")]:
+        (tmp_path / runner.REFERENCE_RESULTS / name).mkdir(parents=True)
+        (tmp_path / runner.REFERENCE_RESULTS / name / "machine.json").write_text(
+            json.dumps({**here, "machine": name, "cpu": cpu, "ram": "1", "os": "another kernel"}))
+    assert runner.other_hardware("new-name", tmp_path) is None
+    assert runner.other_hardware("twin", tmp_path) is None  # the OS and RAM differ between boots
+    why = runner.other_hardware("other", tmp_path)
+    assert "cpu 'Some Other CPU'" in why and f"cpu {here['cpu']!r}" in why
+    with pytest.raises(ValueError, match="were measured on cpu 'Some Other CPU'"):
+        runner.run(registry.load(), machine="other", root=tmp_path)
+    assert runner.run(registry.load(), ["lychee"], machine="other", root=tmp_path, dry_run=True) == 0
+    out = capsys.readouterr().out
+    assert "would run asv on other (full mode), benchmarks matching ^lychee\\." in out
+    assert "and would refuse: other's reference results" in out
+    with pytest.raises(ValueError, match="Run it on other itself"):
+        runner.run_kernels("other", root=tmp_path)
+    assert not (tmp_path / "home" / ".asv-machine.json").exists()
