@@ -627,7 +627,7 @@ def run(out: Path, dry_run: bool = False, machine: str | None = None, root: Path
                               env_name=f"device-py{sys.version_info[0]}.{sys.version_info[1]}",
                               machine_info=_machine_info(name), python=platform.python_version())
     environment.write_sidecar(machine_dir)
-    environment.write_run_record(machine_dir, commit, mode, {"gpu": {}})
+    environment.write_run_record(machine_dir, commit, mode, {environment.DEVICE_SUITE: {}})
     progress(f"device-run: wrote {path} in {time.time() - started:.0f}s; bring {out} back and run "
              f"`claimbench ingest {out}`")
     return path

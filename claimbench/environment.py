@@ -12,6 +12,7 @@ from pathlib import Path
 LIBRARIES = ("numpy", "torch", "faiss-cpu", "faiss-gpu-cu12", "onnxruntime", "tensorrt",
              "triton", "duckdb", "asv", "numba", "sentence-transformers")
 SIDECAR = "claimbench-env.json"
+DEVICE_SUITE = "gpu"  # suites/gpu.py: the one suite `claimbench device-run` runs on a lent GPU machine (no asv there)
 RECORD_SUFFIX = ".claimbench.json"  # <commit>.claimbench.json: a run's mode, input digests, environment, machine speed
 
 

@@ -46,7 +46,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import codepath, inputs
-from .environment import capabilities
+from .environment import DEVICE_SUITE, capabilities
 from .registry import REPO_ROOT, Claim, Registry
 
 REPRODUCED = "reproduced"
@@ -63,8 +63,9 @@ CURRENT, OTHER_INPUTS, INPUTS_UNRECORDED = "current inputs", "other inputs", "in
 REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
 STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
               "this checkout's, without the interval another machine's has, or from older code than another "
-              "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
-              "(a lent GPU machine, without asv, runs `claimbench device-run`: the GPU benchmarks only).")
+              "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them. "
+              "A machine measured only by `claimbench device-run` (a lent GPU machine, without asv) is judged on "
+              "the GPU suite's claims alone: device-run measures those.")
 _FOLD = {"max": max, "min": min, "median": statistics.median, "mean": statistics.fmean}
 
 
@@ -400,10 +401,13 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     the interval another machine's result of the claim has (its suite recorded none yet), or a verdict
     that differs from another machine's measured later with files on the suite's code path changed in
     between (claimbench.codepath: the two did not run the same code). Claims the machine cannot test,
-    or without a benchmark, never do."""
+    or without a benchmark, never do; nor, on a machine whose only results are the GPU suite's (what
+    `claimbench device-run` measures on a lent machine without asv), claims of other suites."""
+    mine = [v for v in latest if v.machine == machine and v.claim.benchmark]
+    device_only = {inputs.suite_of(v.claim.benchmark) for v in mine if v.mode is not None} == {DEVICE_SUITE}
     out: dict[str, list[str]] = {}
-    for v in latest:
-        if v.machine != machine or v.verdict == NOT_TESTABLE or not v.claim.benchmark:
+    for v in mine:
+        if v.verdict == NOT_TESTABLE or (device_only and inputs.suite_of(v.claim.benchmark) != DEVICE_SUITE):
             continue
         why = _why_stale(v, latest)
         if why and why not in out.setdefault(v.claim.paper_id, []):

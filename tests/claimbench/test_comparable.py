@@ -283,6 +283,23 @@ def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test(mon
     assert verdicts.stale([older, newer], "xeon") == {}  # the same code: the machines differ, no rerun helps
 
 
+def test_a_machine_measured_by_device_run_alone_is_judged_on_the_gpu_suite(monkeypatch):
+    """device-run measures the GPU suite only (no asv on a lent machine): other suites' claims never make
+    such a machine stale; a GPU claim it has not measured does, and once it ran another suite, every claim."""
+    def claim(paper, benchmark):
+        return registry.Claim(paper_id=paper, id="c", metric="m", unit="x", direction="higher", claimed_text="2x",
+                              conditions="", baseline="b", benchmark=benchmark, claimed=(2.0, 2.0))
+    decode, tier, search = (claim("ssa", f"{verdicts.DEVICE_SUITE}.Decode.track_speedup"),
+                            claim("s24", f"{verdicts.DEVICE_SUITE}.Tier.track_slowdown"),
+                            claim("lychee", "lychee.Sweep.track_speedup"))
+    latest = [verdicts.Verdict(decode, "gpu", verdicts.PARTLY, mode="full", inputs_status=verdicts.CURRENT),
+              verdicts.Verdict(tier, "gpu", verdicts.NOT_MEASURED),
+              verdicts.Verdict(search, "gpu", verdicts.NOT_MEASURED)]
+    assert verdicts.stale(latest, "gpu") == {"s24": ["not measured"]}
+    latest[2] = verdicts.Verdict(search, "gpu", verdicts.REPRODUCED, mode="quick", inputs_status=verdicts.CURRENT)
+    assert verdicts.stale(latest, "gpu") == {"s24": ["not measured"], "lychee": ["quick runs only"]}
+
+
 @pytest.mark.parametrize("newest, status", [([1.9, 2.4, 2.6, 2.7, 3.0, 3.3, 3.8], "within noise"),
                                             ([1.0, 1.1, 1.2, 1.25, 1.3, 1.4, 1.5], "open")])
 def test_a_step_the_two_runs_rounds_cannot_tell_apart_is_within_noise(tmp_path, newest, status):
