@@ -3,8 +3,9 @@
 One 4K (and, in full mode, 8K) prefill per sample is shared by every method (a copy of the KV
 cache each); the methods act at decode through the model's attention hook, with the same budget
 split (sink 4 + local 16 + the rest chosen; 81 tokens at 50x on 4,096) and the same PQ proxy.
-Measured: attention-output relative error vs dense per layer and head (one decode step, same
-q/k/v for all), task accuracy on every long-context task (each sample's score averaged over the
+Measured: attention-output relative error vs dense per layer and head (one decode step after each
+sample's prefill, same q/k/v for all; an interval over the samples, each its mean over layers and
+heads), task accuracy on every long-context task (each sample's score averaged over the
 methods' random draws at ACCURACY_SEEDS seeds; the Wilson interval of a rate stays conservative for
 such averaged scores), perplexity of license text decoded teacher-forced after a prefix of the
 context length (each token's NLL averaged over the methods' random draws at PERPLEXITY_SEEDS seeds,
@@ -108,19 +109,18 @@ def evaluate(length: int, make, samples: int, completion_samples: int = 0, seeds
     errors = {name: [] for name in names}
 
     def probe(task, seed, cache, token):  # one decode step with every method on the same q/k/v
-        if seed == 0:
-            errors_of = ErrorProbe(make())
-            with torch.inference_mode(), model.attention_method(errors_of):
-                model(torch.tensor([[token]]), cache.clone())
-            for name, e in errors_of.errors.items():
-                errors[name] += e
+        errors_of = ErrorProbe(make())
+        with torch.inference_mode(), model.attention_method(errors_of):
+            model(torch.tensor([[token]]), cache.clone())
+        for name, e in errors_of.errors.items():
+            errors[name].append(sum(e) / len(e))  # the sample's mean over layers and heads
     log.info("ssa: %d tokens, methods %s: %d samples", length, ", ".join(names), sum(tasks.values()))
     scores = evaluate_llm.task_accuracy(model, tok, eos, make, tasks, length - 120, on_prefill=probe, seeds=seeds)
     log.info("ssa: %d tokens: perplexity of each method", length)
     result = {"accuracy": {k: sum(v) / len(v) for k, v in scores.items()},
               "completion": ({name: scores[name, longcontext.COMPLETION] for name in names}
                              if completion_samples else {}),
-              "error": {k: sum(v) / len(v) for k, v in errors.items()},
+              "error": {k: intervals.bootstrap(v, lambda xs: sum(xs) / len(xs), v) for k, v in errors.items()},
               "perplexity": perplexity(model, tok, length, make)}
     result["chat"] = per_sample({name: [s for task in longcontext.TASKS for s in scores[name, task]] for name in names})
     result["mean"] = {name: intervals.rate([item[name] for item in result["chat"]]) for name in names}
@@ -204,6 +204,7 @@ class Sparse:
         return self._point(r, context, sparsity)["mean"][method]
     track_mean_accuracy.unit = metrics.ACCURACY.unit
 
+    @evidence.estimate
     def track_attention_relative_error(self, r, context, sparsity, method):
         return self._point(r, context, sparsity)["error"][method]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit
@@ -266,6 +267,7 @@ class ProxySweep:
         return share_of_dense(self._full(r)["chat"], f"{method}/{proxy}")
     track_share_of_dense.unit = metrics.PERCENT_OF_DENSE.unit
 
+    @evidence.estimate
     def track_attention_relative_error(self, r, proxy, method):
         return self._full(r)["error"][f"{method}/{proxy}"]
     track_attention_relative_error.unit = metrics.RELATIVE_ERROR.unit

@@ -60,7 +60,7 @@ def test_task_scores_average_the_methods_draws_over_seeds_and_decode_the_rest_on
 
 
 @NEEDS_TOKENIZER
-def test_chat_accuracy_and_share_of_dense_carry_intervals_over_the_samples(monkeypatch):
+def test_chat_accuracy_share_of_dense_and_attention_error_carry_intervals_over_the_samples(monkeypatch):
     model, tok = stand_in()
     monkeypatch.setattr(suite.common, "smollm2", lambda: (model, tok, None))
     monkeypatch.setattr(suite, "PERPLEXITY_TOKENS", 4)
@@ -75,6 +75,10 @@ def test_chat_accuracy_and_share_of_dense_carry_intervals_over_the_samples(monke
                                            / len(suite.longcontext.TASKS))
         assert mean.low <= mean.value <= mean.high
         assert suite.Sparse().track_mean_accuracy({("512", "50"): r}, "512", "50", name) == mean.value
+    for name, error in r["error"].items():  # one decode step probed after every sample's prefill
+        assert error.n == len(error.samples) == len(r["chat"]) and error.low <= error.value <= error.high
+        assert error.value == pytest.approx(sum(error.samples) / error.n)
+    assert r["error"]["dense"].value == r["error"]["dense"].high == 0.0 < r["error"]["ssa"].low
 
 
 def test_proxy_sweep_share_of_dense_is_paired_over_the_chat_samples(monkeypatch, tmp_path):
