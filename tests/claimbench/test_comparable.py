@@ -283,7 +283,7 @@ def test_stale_names_each_reason_once_and_skips_what_the_machine_cannot_test(mon
     assert verdicts.stale([older, newer], "xeon") == {}  # the same code: the machines differ, no rerun helps
 
 
-def test_a_machine_measured_by_device_run_alone_is_judged_on_the_gpu_suite(monkeypatch):
+def test_a_machine_measured_by_device_run_alone_is_judged_on_the_gpu_suite():
     """device-run measures the GPU suite only (no asv on a lent machine): other suites' claims never make
     such a machine stale; a GPU claim it has not measured does, and once it ran another suite, every claim."""
     def claim(paper, benchmark):
