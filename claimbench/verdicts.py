@@ -66,6 +66,8 @@ STALE_TEXT = ("Papers whose latest full result on a machine is missing, from qui
               "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them. "
               "A machine measured only by `claimbench device-run` (a lent GPU machine, without asv) is judged on "
               "the GPU suite's claims alone: device-run measures those.")
+DEVICE_RUN_ONLY_TEXT = ("; this machine's results come from `claimbench device-run`, which runs the GPU suite only: "
+                        "`claimbench run` on a GPU machine with asv measures this claim")
 _FOLD = {"max": max, "min": min, "median": statistics.median, "mean": statistics.fmean}
 
 
@@ -404,7 +406,7 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     or without a benchmark, never do; nor, on a machine whose only results are the GPU suite's (what
     `claimbench device-run` measures on a lent machine without asv), claims of other suites."""
     mine = [v for v in latest if v.machine == machine and v.claim.benchmark]
-    device_only = {inputs.suite_of(v.claim.benchmark) for v in mine if v.mode is not None} == {DEVICE_SUITE}
+    device_only = measured_by_device_run_alone(latest, machine)
     out: dict[str, list[str]] = {}
     for v in mine:
         if v.verdict == NOT_TESTABLE or (device_only and inputs.suite_of(v.claim.benchmark) != DEVICE_SUITE):
@@ -413,6 +415,13 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
         if why and why not in out.setdefault(v.claim.paper_id, []):
             out[v.claim.paper_id].append(why)
     return out
+
+
+def measured_by_device_run_alone(latest: list[Verdict], machine: str) -> bool:
+    """True where the machine's only results are the GPU suite's: what `claimbench device-run` measures on a
+    lent GPU machine, which has no asv to run the other suites."""
+    return {inputs.suite_of(v.claim.benchmark) for v in latest
+            if v.machine == machine and v.claim.benchmark and v.mode is not None} == {DEVICE_SUITE}
 
 
 def stale_by_reason(latest: list[Verdict]) -> list[tuple[str, str, list[str]]]:
@@ -527,6 +536,11 @@ def compute_with_history(con, registry: Registry,
             history += mine
             latest.append(min(reversed(mine), key=lambda v: MODE_PREFERENCE.index(v.mode)
                               if v.mode in MODE_PREFERENCE else len(MODE_PREFERENCE)))
+    for machine in [m for m in known if measured_by_device_run_alone(latest, m)]:
+        for v in latest:
+            if (v.machine == machine and v.verdict == NOT_MEASURED and v.mode is None and v.claim.benchmark
+                    and inputs.suite_of(v.claim.benchmark) != DEVICE_SUITE):
+                v.reason += DEVICE_RUN_ONLY_TEXT
     if store_history and history and not _read_only(con):
         _store(con, history)
     return latest, history

@@ -234,8 +234,11 @@ def test_the_tier_lower_rows_a_gpu_run_writes_decide_the_claim_speed_vs_tier_low
     db = tmp_path / "s.duckdb"
     assert ingest.ingest([tmp_path / "out"], db=db).ok
     with store.connect(db) as con:
-        verdict = next(v for v in verdicts.compute(con, registry.load())
-                       if v.claim.key == "sparsity-24/speed-vs-tier-lower" and v.machine == "gpu-test")
+        latest = {v.claim.key: v for v in verdicts.compute(con, registry.load()) if v.machine == "gpu-test"}
+    verdict = latest["sparsity-24/speed-vs-tier-lower"]
     assert verdict.verdict == verdicts.REPRODUCED and verdict.gate == "passed", verdict.reason
+    # the other suites' claims: not measured, and the reason says device-run never runs them
+    assert latest["lychee/speedup-at-equal-recall"].reason.endswith(verdicts.DEVICE_RUN_ONLY_TEXT)
+    assert verdicts.DEVICE_RUN_ONLY_TEXT not in latest["sparsity-24/speed-at-equal-bits"].reason  # no benchmark
     assert verdict.measured == pytest.approx(1.3) and verdict.low <= 1.3 <= verdict.high  # the lowest combination
     assert len(verdict.detail) == 2 * len(device.SPARSE24["tokens"])  # the Llama-8B shapes at each token count
