@@ -79,7 +79,7 @@ def no_runs(verb: str, where: str, machine: str | None = None, commit: str | Non
     return FileNotFoundError(f"no results to {verb}{' for ' + wanted if wanted else ''} under {where}")
 
 
-def _asv_result(path: Path) -> dict | None:
+def asv_result(path: Path) -> dict | None:
     """The file's JSON if it is an asv result file (not a run record, evidence or the kernels' file)."""
     if path.suffix != ".json" or path.name.endswith(environment.RECORD_SUFFIX):
         return None
@@ -100,7 +100,7 @@ def _merge_into(source: Path, target: Path) -> None:
     elif source.name.endswith(evidence.SUFFIX):  # the last record per benchmark wins, as ingest reads it
         merged = {**evidence.read(target), **evidence.read(source)}
         text = "".join(json.dumps(record) + "\n" for record in merged.values())
-    elif (new := _asv_result(source)) and (old := _asv_result(target)):  # the source's benchmarks replace or join
+    elif (new := asv_result(source)) and (old := asv_result(target)):  # the source's benchmarks replace or join
         if new["result_columns"] != old["result_columns"]:
             raise ValueError(f"{source} and {target}: different asv result columns, not merged")
         old["results"].update(new["results"])
@@ -128,7 +128,7 @@ def copy_runs(source_root: Path, target_root: Path, machine: str | None = None, 
                 _merge_into(path, target_dir / path.name)
             else:
                 shutil.copyfile(path, target_dir / path.name)
-            benchmarks.update((_asv_result(path) or {}).get("results", {}))
+            benchmarks.update((asv_result(path) or {}).get("results", {}))
         copied.append(f"{machine_dir.name}/{commit8}")
         machine_dirs.add(machine_dir)
     for machine_dir in sorted(machine_dirs):

@@ -7,7 +7,7 @@ import socket
 import sys
 from pathlib import Path
 
-from . import alerts, ingest, registry, report, runner, store, verdicts
+from . import alerts, ingest, registry, report, runner, runplan, store, verdicts
 
 
 def _add_db(p: argparse.ArgumentParser) -> None:
@@ -29,17 +29,45 @@ def cmd_run(args) -> int:
         from . import progressive
         return progressive.serve_and_run(reg, quick=args.quick, machine=args.machine, db=args.db, host=args.host,
                                          port=args.port)
+    if args.budget is not None and not args.stale:
+        raise ValueError("--budget goes with --stale: it chooses which stale papers to run")
     if args.stale:
         if args.paper or args.quick:
             raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")
-        machine = args.machine or socket.gethostname()
-        papers = _stale_papers(reg, machine, args.db, [runner.results_dir(mode="full"),
-                                                       registry.REPO_ROOT / runner.REFERENCE_RESULTS])
-        if papers == []:
-            print(f"claimbench: nothing stale on {machine}: every claim it can measure has a current full result")
-            return 0
-        return runner.run(reg, papers, machine=machine, bench=args.bench, dry_run=args.dry_run)
+        return _run_stale(reg, args)
     return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run)
+
+
+def _run_stale(reg: registry.Registry, args) -> int:
+    """The stale papers (or those of them that fit --budget minutes), one asv run each, longest first; then
+    any --bench expressions in a run of their own."""
+    machine = args.machine or socket.gethostname()
+    roots = [runner.results_dir(mode="full"), registry.REPO_ROOT / runner.REFERENCE_RESULTS]
+    papers = _stale_papers(reg, machine, args.db, roots)
+    if papers == []:
+        print(f"claimbench: nothing stale on {machine}: every claim it can measure has a current full result")
+        return 0
+    papers = papers if papers is not None else [p.id for p in reg.papers if p.suite]
+    found = runplan.estimates(reg, papers, [r for r in roots if r.exists()])
+    budget_s = None if args.budget is None else args.budget * 60
+    if budget_s is None:
+        chosen, left = sorted(papers, key=lambda pid: -(found[pid].seconds or 0)), {}
+    else:
+        chosen, left = runplan.within(budget_s, found)
+    print(f"claimbench: {'would run' if args.dry_run else 'runs'} {len(chosen)} paper(s), longest first"
+          + (f", within {runplan.minutes(budget_s)}" if budget_s is not None else "") + ":"
+          + "".join(f"\n  {pid}: {found[pid].describe()}" for pid in chosen))
+    if left:
+        print(f"claimbench: left for a later run ({len(left)}):" + "".join(f"\n  {pid}: {why}"
+                                                                        for pid, why in left.items()))
+    if not chosen and not args.bench:
+        return 0  # (runner.run with no paper and no expression would run every suite)
+    if args.dry_run:
+        return runner.run(reg, chosen, machine=machine, bench=args.bench, dry_run=True)
+    worst = runplan.run_each(reg, chosen, found, machine, budget_s)
+    if args.bench:
+        worst = max(worst, runner.run(reg, [], machine=machine, bench=args.bench))
+    return worst
 
 
 def _stale_papers(reg: registry.Registry, machine: str, db, results: list[Path]) -> list[str] | None:
@@ -222,8 +250,12 @@ def parser() -> argparse.ArgumentParser:
                         "runs only, other inputs, no interval, or older code than another machine's whose verdict "
                         "differs (the reference results and this checkout's runs decide; --db: the store they are "
                         "ingested into)")
-    p.add_argument("--dry-run", action="store_true", help="say what would run (with --stale: which papers, and why) "
-                                                           "and run nothing")
+    p.add_argument("--budget", type=float, metavar="MINUTES",
+                   help="with --stale: run only the stale papers that fit this many minutes (each estimated from "
+                        "its latest full run on any machine), longest first; a paper that no longer fits is not "
+                        "started. The rest, and how to split a paper longer than the budget, are listed")
+    p.add_argument("--dry-run", action="store_true", help="say what would run (with --stale: which papers, why, and "
+                                                           "about how long) and run nothing")
     p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
                                                          "time, ingesting each as it finishes (what make run does)")
     p.add_argument("--db", help="with --serve or --stale: the store")
