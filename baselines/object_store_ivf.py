@@ -8,7 +8,9 @@ are fetched in parallel, `fetch_threads` GETs at a time, as RemoteANN's ranges a
 """
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -21,8 +23,11 @@ LAYOUT = "ivf-flat-objects"
 
 
 def new_local_store() -> LocalStore:
-    """A fresh folder under the temporary directory (removed with the process's temporary files)."""
-    return LocalStore(tempfile.mkdtemp(prefix="claimbench-index-"))
+    """A fresh folder under the temporary directory, removed with the store (or when the process exits)."""
+    folder = tempfile.mkdtemp(prefix="claimbench-index-")
+    store = LocalStore(folder)
+    weakref.finalize(store, shutil.rmtree, folder, True)
+    return store
 
 
 def exact_top_k(query: np.ndarray, vectors: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

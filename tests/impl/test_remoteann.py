@@ -1,5 +1,7 @@
 """RemoteANN and the object-store IVF on a real S3 API server on 127.0.0.1 (reads through the
 network-model proxy with no delay), against the same layouts in a local folder and faiss IVF-Flat."""
+import gc
+
 import numpy as np
 import pytest
 
@@ -74,6 +76,16 @@ def test_the_baseline_returns_faiss_ivf_flat_results(data):
         ivf.set_query_params(nprobe=nprobe)
         baseline.set_query_params(nprobe=nprobe)
         assert np.array_equal(ivf.search(xq, 5)[1], baseline.search(xq, 5)[1])
+
+
+def test_an_index_without_a_store_keeps_its_objects_in_a_folder_that_goes_with_it(data):
+    index = ObjectStoreIVF(nlist=8)
+    index.build(data[0][:500])
+    folder = index.store.root
+    assert (folder / "ivf-flat" / "manifest.json").exists()
+    del index
+    gc.collect()
+    assert not folder.exists()
 
 
 def test_remoteann_reads_fewer_bytes_than_the_baseline_at_equal_nprobe(data):
