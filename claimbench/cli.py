@@ -78,7 +78,7 @@ def _stale_papers(reg: registry.Registry, machine: str, db, results: list[Path])
     with store.connect(store.db_path(db)) as con:
         latest = verdicts.compute(con, reg, store_history=False)
     if not any(v.machine == machine for v in latest):
-        print(f"claimbench: no results from {machine} in the store: every suite is stale there")
+        print(f"claimbench: no results from {machine} in the store: every paper is stale there")
         return None
     papers = verdicts.stale(latest, machine)
     if papers:
