@@ -32,7 +32,7 @@ def write_run(results_dir: Path, machine: str, commit: str, date_ms: int,
     for name, (names, params, values, unit) in benchmarks.items():
         reprs = [[repr(v) for v in values_] for values_ in params]
         assert len(values) == len(list(itertools.product(*reprs))), name
-        results[name] = [list(values), reprs, "1", date_ms, 1.0]
+        results[name] = [list(values), reprs, "1", date_ms, None]  # no duration: not timed by asv
         meta[name] = {"name": name, "unit": unit, "param_names": names, "params": reprs, "version": "1",
                       "type": "track"}
     machine_dir = results_dir / machine
