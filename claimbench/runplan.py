@@ -84,10 +84,14 @@ def suite_file(suite: str, root: Path = REPO_ROOT) -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _source_at(commit: str, suite: str, root: Path) -> str | None:
+def _owners_at(commit: str, suite: str, root: Path) -> dict[str | int, str]:
+    """At a commit, each benchmark class and each setup_cache def's line -> its part's owner; empty where git
+    cannot show the suite there."""
     done = subprocess.run(["git", "show", f"{commit}:{suite_file(suite, root).as_posix()}"], cwd=root,
                           capture_output=True, text=True)
-    return done.stdout if done.returncode == 0 else None
+    if done.returncode != 0:
+        return {}
+    return {**{c: p.owner for p in parts(done.stdout, suite) for c in p.classes}, **setup_cache_owners(done.stdout)}
 
 
 def measured_parts(results_roots: list[Path], root: Path = REPO_ROOT) -> dict[tuple[str, str], Measured]:
@@ -109,29 +113,19 @@ def measured_parts(results_roots: list[Path], root: Path = REPO_ROOT) -> dict[tu
 def _run_parts(run: asv.results.Results, machine: str, root: Path) -> dict[tuple[str, str], Measured]:
     seconds: dict[tuple[str, str], float] = {}
     started: dict[tuple[str, str], int] = {}
-    owners: dict[str, dict[str, str]] = {}  # suite -> class -> owner, at the run's commit
-
-    def owner_of(suite: str, cls: str) -> str | None:
-        if suite not in owners:
-            source = _source_at(run.commit_hash, suite, root)
-            owners[suite] = ({c: p.owner for p in parts(source, suite) for c in p.classes} if source else {})
-        return owners[suite].get(cls)
-
     for name, duration in run.duration.items():
-        if duration is None:
-            continue
         if found := SETUP_CACHE.fullmatch(name):
-            suite = found.group(1)
-            source = _source_at(run.commit_hash, suite, root)
-            owner = setup_cache_owners(source).get(int(found.group(2))) if source else None
+            suite, where = found.group(1), int(found.group(2))
         elif name.count(".") >= 2:  # suite.Class.method
-            suite, cls, _ = name.split(".", 2)
-            owner = owner_of(suite, cls)
-            started[suite, owner] = max(started.get((suite, owner), 0), run.started_at.get(name) or 0)
+            suite, where, _ = name.split(".", 2)
         else:
             continue  # <build>, and module-level benchmarks (no suite here has them)
-        if owner is not None:
-            seconds[suite, owner] = seconds.get((suite, owner), 0.0) + duration
+        owner = _owners_at(run.commit_hash, suite, root).get(where)
+        if owner is None or duration is None:
+            continue
+        seconds[suite, owner] = seconds.get((suite, owner), 0.0) + duration
+        if not found:
+            started[suite, owner] = max(started.get((suite, owner), 0), run.started_at.get(name) or 0)
     return {key: Measured(total, machine, run.commit_hash, started[key]) for key, total in seconds.items()
             if key in started}
 
