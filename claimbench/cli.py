@@ -23,19 +23,47 @@ def _add_endpoint(p: argparse.ArgumentParser) -> None:
 def cmd_run(args) -> int:
     reg = registry.load(args.papers)
     if args.serve:
-        if args.paper or args.bench or args.stale or args.dry_run:
-            raise ValueError("--serve runs every suite, one at a time; leave out --paper, --bench, --stale and "
-                             "--dry-run")
+        if args.paper or args.bench or args.stale or args.dry_run or args.publish:
+            raise ValueError("--serve runs every suite, one at a time; leave out --paper, --bench, --stale, "
+                             "--dry-run and --publish")
         from . import progressive
         return progressive.serve_and_run(reg, quick=args.quick, machine=args.machine, db=args.db, host=args.host,
                                          port=args.port)
     if args.budget is not None and not args.stale:
         raise ValueError("--budget goes with --stale: it chooses which stale papers to run")
+    if args.publish and args.quick:
+        raise ValueError("--publish files full runs as reference results; leave out --quick")
     if args.stale:
         if args.paper or args.quick:
             raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")
         return _run_stale(reg, args)
-    return runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run)
+    code = runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run)
+    if args.publish and not args.dry_run:
+        _publish(args.machine or socket.gethostname())
+        _reference_reports(reg)
+    return code
+
+
+def _publish(machine: str) -> None:
+    """--publish, after each run: this checkout's full runs of `machine` at HEAD into the reference results
+    (reports/results/<machine>), merged into what is there at that commit."""
+    from . import asvfiles
+    target = registry.REPO_ROOT / runner.REFERENCE_RESULTS
+    try:
+        copied = asvfiles.copy_runs(runner.results_dir(mode="full"), target, machine=machine,
+                                    commit=runner.head_commit())
+    except FileNotFoundError as e:  # asv saved nothing (it could not start): nothing to publish
+        print(f"claimbench: nothing published: {e}", file=sys.stderr, flush=True)
+        return
+    print(f"claimbench: published {', '.join(copied)} into {target}", flush=True)
+
+
+def _reference_reports(reg: registry.Registry) -> None:
+    """--publish, at the end: reports/ and reports/alerts.md rewritten from the reference results alone."""
+    _, found, written = report.reference(reg)
+    opened = sum(a.status == "open" for a in found)
+    print(f"claimbench: {opened} open alert(s); wrote {len(written)} report file(s) from the reference results "
+          f"(reports/): `git add reports` and commit them with the results", flush=True)
 
 
 def _run_stale(reg: registry.Registry, args) -> int:
@@ -63,10 +91,18 @@ def _run_stale(reg: registry.Registry, args) -> int:
     if not chosen and not args.bench:
         return 0  # (runner.run with no paper and no expression would run every suite)
     if args.dry_run:
+        if args.publish:
+            print(f"claimbench: and would publish each paper's results into {runner.REFERENCE_RESULTS / machine}, "
+                  "then rewrite reports/ from the reference results")
         return runner.run(reg, chosen, machine=machine, bench=args.bench, dry_run=True)
-    worst = runplan.run_each(reg, chosen, found, machine, budget_s)
+    after = (lambda paper: _publish(machine)) if args.publish else None
+    worst = runplan.run_each(reg, chosen, found, machine, budget_s, after=after)
     if args.bench:
         worst = max(worst, runner.run(reg, [], machine=machine, bench=args.bench))
+        if args.publish:
+            _publish(machine)
+    if args.publish:
+        _reference_reports(reg)
     return worst
 
 
@@ -193,10 +229,17 @@ def cmd_alerts(args) -> int:
 
 def cmd_report(args) -> int:
     reg = registry.load(args.papers)
-    with store.connect(_results_store(args)) as con:
-        verdicts.sync_registry(con, reg)
-        latest = verdicts.compute(con, reg)
-    for path in report.write(reg, latest, Path(args.out)):
+    if args.reference:
+        if args.db or args.out:
+            raise ValueError("--reference writes reports/ from the reference results, in a store of its own; "
+                             "leave out --db and --out")
+        written = report.reference(reg)[2]
+    else:
+        with store.connect(_results_store(args)) as con:
+            verdicts.sync_registry(con, reg)
+            latest = verdicts.compute(con, reg)
+        written = report.write(reg, latest, Path(args.out or registry.REPO_ROOT / "reports"))
+    for path in written:
         print(f"wrote {path}")
     return 0
 
@@ -258,6 +301,10 @@ def parser() -> argparse.ArgumentParser:
                                                            "about how long) and run nothing")
     p.add_argument("--serve", action="store_true", help="serve the leaderboard first, then run every suite one at a "
                                                          "time, ingesting each as it finishes (what make run does)")
+    p.add_argument("--publish", action="store_true",
+                   help="file the full runs as this machine's reference results: after each run (with --stale: "
+                        "each paper) copy them into reports/results/MACHINE, then rewrite reports/ and "
+                        "reports/alerts.md from the reference results alone, ready to commit")
     p.add_argument("--db", help="with --serve or --stale: the store")
     p.add_argument("--host", default="127.0.0.1", help="with --serve: the leaderboard's address")
     p.add_argument("--port", type=int, default=8501, help="with --serve: the leaderboard's port")
@@ -321,7 +368,10 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="write reports/index.md and one page per paper")
     _add_db(p)
-    p.add_argument("--out", default=str(registry.REPO_ROOT / "reports"))
+    p.add_argument("--out", help="folder (default: the repository's reports/)")
+    p.add_argument("--reference", action="store_true",
+                   help="the repository's reports/ as it ships: its pages and alerts.md written from the reference "
+                        "results alone (reports/results, reports/results-quick), not from a store")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("kernels", help="the kernel micro-benchmarks (pytest-benchmark, kernels/) on this machine, "

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import alerts, asvfiles, ingest, localservices, metrics, report, runner, store, verdicts
+from . import asvfiles, ingest, localservices, metrics, report, runner, store
 from .registry import REPO_ROOT, Registry
 
 PROGRESS = "progress.json"  # beside the store
@@ -169,16 +169,12 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
             progress(f"claimbench: all {len(suites)} suites in {total / 60:.1f} min{over}{built}")
         progress_path(db).unlink(missing_ok=True)
         with store.connect(db) as con:
-            verdicts.sync_registry(con, registry)
-            latest = verdicts.compute(con, registry)
-            found = alerts.evaluate_as_configured(con, registry)
+            latest, found, written = report.refresh(con, registry, root / "reports")
         progress(report.claims_table(latest))
         opened = sum(a.status == "open" for a in found)
         progress(f"claimbench: {opened} open alert(s)" if opened else "claimbench: no open regressions, gate failures "
                  "or verdict flips")
-        (root / "reports").mkdir(exist_ok=True)
-        (root / "reports" / "alerts.md").write_text(alerts.markdown(found))
-        for path in report.write(registry, latest, root / "reports"):
+        for path in written:
             progress(f"wrote {path}")
         if wait:
             progress(f"claimbench: done; the leaderboard is still at http://{host}:{port} (Ctrl-C to stop)")

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 from tabulate import tabulate
 
+from . import alerts, ingest, runner, store, verdicts
 from .registry import REPO_ROOT, Registry
 from .verdicts import (STALE_TEXT, Verdict, across_machines, bracketed, explain_label, explained, params_text,
                        stale_by_reason)
@@ -80,6 +82,34 @@ def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT /
     path = out_dir / "index.md"
     path.write_text("\n".join(index) + "\n")
     return [path, *written]
+
+
+def refresh(con, registry: Registry, out_dir: Path) -> tuple[list[Verdict], list, list[Path]]:
+    """Verdicts and alerts from the store, written out: out_dir/alerts.md, index.md and one page per paper.
+    Returns (verdicts, alerts, pages written)."""
+    verdicts.sync_registry(con, registry)
+    latest = verdicts.compute(con, registry)
+    found = alerts.evaluate_as_configured(con, registry)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "alerts.md").write_text(alerts.markdown(found))
+    return latest, found, [out_dir / "alerts.md", *write(registry, latest, out_dir)]
+
+
+# the shipped reference results, full and quick runs (a series of their own)
+REFERENCE_FOLDERS = (runner.REFERENCE_RESULTS, runner.REFERENCE_RESULTS.with_name("results-quick"))
+
+
+def reference(registry: Registry, root: Path = REPO_ROOT) -> tuple[list[Verdict], list, list[Path]]:
+    """root/reports as the repository ships it: written from the reference results alone (reports/results
+    and reports/results-quick, ingested into a store of their own), never from this checkout's own runs or
+    store. What `claimbench report --reference` and `run --publish` write."""
+    with tempfile.TemporaryDirectory(prefix="claimbench-reference-") as scratch:
+        db = Path(scratch) / "reference.duckdb"
+        loaded = ingest.ingest([root / folder for folder in REFERENCE_FOLDERS if (root / folder).exists()], db=db)
+        if not loaded.ok:
+            raise ValueError(f"the reference results did not all load:\n{loaded.summary()}")
+        with store.connect(db) as con:
+            return refresh(con, registry, root / "reports")
 
 
 def _paper_page(paper, verdicts: list[Verdict], out_dir: Path) -> Path:

@@ -64,7 +64,8 @@ REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not insta
 STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
               "this checkout's, without the interval another machine's has, or from older code than another "
               "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
-              "(with `--budget MINUTES`, those that fit, longest first). "
+              "(with `--budget MINUTES`, those that fit, longest first; with `--publish`, filed as that "
+              "machine's reference results). "
               "A machine measured only by `claimbench device-run` (a lent GPU machine, without asv) is judged on "
               "the GPU suite's claims alone: device-run measures those.")
 DEVICE_RUN_ONLY_TEXT = ("; this machine's results come from `claimbench device-run`, which runs the GPU suite only: "

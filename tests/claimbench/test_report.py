@@ -1,7 +1,10 @@
-"""The per-combination table the paper pages and the leaderboard's claim reader share, and the index's
-out-of-date table."""
-from claimbench import registry, report, verdicts
+"""The per-combination table the paper pages and the leaderboard's claim reader share, the index's
+out-of-date table, and the shipped reports written from the reference results."""
+import pytest
 
+from claimbench import cli, registry, report, store, verdicts
+
+from .test_alerts import PAPERS as ALERTS_PAPERS, write_history
 from .test_comparable import PAPERS
 
 
@@ -29,3 +32,24 @@ def test_the_index_lists_what_each_machine_must_run_again(tmp_path):
     assert "## Out of date" in index and "| xeon | quick runs only | p |" in index
     report.write(reg, [current], tmp_path)
     assert "Out of date" not in (tmp_path / "index.md").read_text()
+
+
+def test_the_shipped_reports_are_written_from_the_reference_results_alone(tmp_path, monkeypatch, capsys):
+    """`claimbench report --reference`: reports/ and its alerts.md from reports/results (and -quick) in a store of
+    their own; the local store is neither read nor created; a file that does not load stops it, named."""
+    papers = tmp_path / "papers.toml"
+    papers.write_text(ALERTS_PAPERS)
+    reg = registry.load(papers)
+    write_history(tmp_path / "reports" / "results", [3.0] * 8 + [1.5] * 3, gate=[1.0] * 11)
+    local = tmp_path / "local.duckdb"
+    monkeypatch.setenv(store.ENV_DB, str(local))
+    latest, found, written = report.reference(reg, root=tmp_path)
+    assert {p.name for p in written} == {"alerts.md", "index.md", "p.md"} and not local.exists()
+    assert [v.verdict for v in latest] == [verdicts.PARTLY] and latest[0].machine == "box"
+    assert "s.Claim.track_speedup" in (tmp_path / "reports" / "alerts.md").read_text()
+    assert any(a.kind == "regression" for a in found)
+    (tmp_path / "reports" / "results" / "box" / "0000000c-broken.json").write_text("{")
+    with pytest.raises(ValueError, match="0000000c-broken.json"):
+        report.reference(reg, root=tmp_path)
+    assert cli.main(["report", "--reference", "--out", str(tmp_path)]) == 2
+    assert "leave out --db and --out" in capsys.readouterr().err

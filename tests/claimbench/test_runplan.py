@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from claimbench import cli, registry, runner, runplan
+from claimbench import asvfiles, cli, registry, report, runner, runplan
 
 from tests.conftest import asv_repo
 
@@ -145,3 +145,34 @@ def test_the_shipped_suites_split_into_parts_that_name_real_classes():
         found = runplan.parts(path.read_text(), paper.suite)
         assert found, paper.id
         assert len({c for p in found for c in p.classes}) == sum(len(p.classes) for p in found)
+
+
+def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_reports(tmp_path, monkeypatch,
+                                                                                      capsys):
+    commit, results = "cd" * 20, tmp_path / "asv-results"
+    monkeypatch.setattr(registry, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(runner, "results_dir", lambda root=None, mode="full": results)
+    monkeypatch.setattr(runner, "head_commit", lambda root=None: commit)
+    monkeypatch.setattr(cli, "_stale_papers", lambda reg, machine, db, roots: ["ugds", "lychee"])
+    monkeypatch.setattr(runplan, "estimates", lambda reg, papers, roots: {
+        "ugds": estimate("ugds", 300), "lychee": estimate("lychee", 3000)})
+    published = []
+
+    def fake_run(reg, papers, machine=None, bench=None, dry_run=False, **kw):
+        if not dry_run:  # each paper's asv run adds its benchmark to the one result file of that commit
+            asvfiles.write_run(results, machine, commit, 1_700_000_000_000,
+                               {f"{papers[0]}.Claim.track_x": (["size"], [["1"]], [1.0], "x")})
+        return 0
+    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(report, "reference", lambda reg: published.append(sorted(
+        json.loads(next((tmp_path / "reports" / "results" / "box").glob("cdcdcdcd-*.json")).read_text())["results"]))
+        or ([], [], []))
+    assert cli.main(["run", "--stale", "--machine", "box", "--publish", "--dry-run"]) == 0
+    assert "would publish each paper's results into reports/results/box" in capsys.readouterr().out
+    assert not (tmp_path / "reports").exists() and published == []
+    assert cli.main(["run", "--stale", "--machine", "box", "--publish"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("claimbench: published box/cdcdcdcd into") == 2  # after each paper, not only at the end
+    assert published == [["lychee.Claim.track_x", "ugds.Claim.track_x"]]  # then the reports, once
+    assert cli.main(["run", "--publish", "--quick"]) == 2
+    assert "--publish files full runs" in capsys.readouterr().err
