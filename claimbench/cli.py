@@ -33,6 +33,9 @@ def cmd_run(args) -> int:
         raise ValueError("--budget goes with --stale: it chooses which stale papers to run")
     if args.publish and args.quick:
         raise ValueError("--publish files full runs as reference results; leave out --quick")
+    if args.publish and not args.dry_run and (dirty := runner.uncommitted()):
+        raise ValueError("--publish files reference results, which must measure their commit: commit or stash "
+                         f"these changes first:\n{dirty}")
     if args.stale:
         if args.paper or args.quick:
             raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")

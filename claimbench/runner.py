@@ -122,6 +122,12 @@ def code_stamp(root: Path = REPO_ROOT) -> str:
     return digest.hexdigest()
 
 
+def uncommitted(root: Path = REPO_ROOT) -> str:
+    """`git status --porcelain` of the code folders: what a run would measure that its commit does not hold."""
+    return subprocess.run(["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process below pid (Linux: /proc/<pid>/task/<tid>/children), deepest last."""
     found = []
@@ -199,9 +205,7 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     env = {**os.environ, QUICK_ENV: "1" if quick else "0",
            evidence.ENV: str(machine_dir / f"{commit[:8]}{evidence.SUFFIX}"), suitelog.ENV: str(suite_log)}
     print(f"claimbench: asv run on {machine} at {commit[:8]} ({mode} mode, results in {machine_dir})", flush=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE_FOLDERS], cwd=root, capture_output=True,
-                           text=True).stdout.strip()
-    if dirty:
+    if dirty := uncommitted(root):
         print(f"claimbench: uncommitted changes; results are saved under {commit[:8]} but measure the working "
               f"tree:\n{dirty}", file=sys.stderr, flush=True)
     failed, stamp = [], code_stamp(root)

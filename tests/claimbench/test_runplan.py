@@ -153,6 +153,7 @@ def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_r
     monkeypatch.setattr(registry, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(runner, "results_dir", lambda root=None, mode="full": results)
     monkeypatch.setattr(runner, "head_commit", lambda root=None: commit)
+    monkeypatch.setattr(runner, "uncommitted", lambda root=None: "")
     monkeypatch.setattr(cli, "_stale_papers", lambda reg, machine, db, roots: ["ugds", "lychee"])
     monkeypatch.setattr(runplan, "estimates", lambda reg, papers, roots: {
         "ugds": estimate("ugds", 300), "lychee": estimate("lychee", 3000)})
@@ -176,3 +177,6 @@ def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_r
     assert published == [["lychee.Claim.track_x", "ugds.Claim.track_x"]]  # then the reports, once
     assert cli.main(["run", "--publish", "--quick"]) == 2
     assert "--publish files full runs" in capsys.readouterr().err
+    monkeypatch.setattr(runner, "uncommitted", lambda root=None: " M suites/ugds.py")
+    assert cli.main(["run", "--stale", "--machine", "box", "--publish"]) == 2
+    assert "commit or stash these changes first:\n M suites/ugds.py" in capsys.readouterr().err
