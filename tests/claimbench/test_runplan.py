@@ -1,5 +1,6 @@
 """Run plans: a suite's parts (the classes sharing one setup_cache), their durations from a real asv run's
-results, which stale papers fit a budget, and the per-paper runs that stop starting papers past it."""
+results, which stale papers fit a budget, the per-paper runs that stop starting papers past it, and --publish
+filing each as reference results."""
 import json
 import os
 import subprocess
@@ -157,10 +158,11 @@ def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_r
     monkeypatch.setattr(cli, "_stale_papers", lambda reg, machine, db, roots: ["ugds", "lychee"])
     monkeypatch.setattr(runplan, "estimates", lambda reg, papers, roots: {
         "ugds": estimate("ugds", 300), "lychee": estimate("lychee", 3000)})
-    published = []
+    published, filed_before = [], []
 
     def fake_run(reg, papers, machine=None, bench=None, dry_run=False, **kw):
         if not dry_run:  # each paper's asv run adds its benchmark to the one result file of that commit
+            filed_before.append((tmp_path / "reports" / "results" / "box").exists())
             asvfiles.write_run(results, machine, commit, 1_700_000_000_000,
                                {f"{papers[0]}.Claim.track_x": (["size"], [["1"]], [1.0], "x")})
         return 0
@@ -173,7 +175,8 @@ def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_r
     assert not (tmp_path / "reports").exists() and published == []
     assert cli.main(["run", "--stale", "--machine", "box", "--publish"]) == 0
     out = capsys.readouterr().out
-    assert out.count("claimbench: published box/cdcdcdcd into") == 2  # after each paper, not only at the end
+    assert out.count("claimbench: published box/cdcdcdcd into") == 2
+    assert filed_before == [False, True]  # the first paper was filed before the second began
     assert published == [["lychee.Claim.track_x", "ugds.Claim.track_x"]]  # then the reports, once
     assert cli.main(["run", "--publish", "--quick"]) == 2
     assert "--publish files full runs" in capsys.readouterr().err
