@@ -10,7 +10,9 @@
 - Any statistic of per-item outcomes (`bootstrap`: a difference or a ratio of means between two
   methods on the same items, a cost change over the same tasks): percentile bootstrap over items,
   paired (each resample draws whole items), 2,000 resamples, seeded so a rerun gives the same
-  interval. `unpaired` resamples two independent sample sets (latencies of two configurations).
+  interval. Every resample assumes the items are independent draws: one run's latencies are not (a
+  disk is slow or fast for a while), so a latency comparison is a statistic per interleaved round,
+  and its interval the order statistics of those rounds (`median_of`).
 - A paired test (`sign_flip_pvalue`): the one-sided p-value of a mean paired difference above 0
   by random sign flips; `holm` corrects many such tests at once.
 - Two runs' samples (`rank_sum_pvalue`, the rounds of one benchmark at two commits): the one-sided
@@ -145,20 +147,6 @@ def bootstrap(items: Sequence, statistic: Callable[[list], float], samples: Sequ
     low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]) if draws else (None, None)
     return Estimate(value, None if low is None else float(low), None if high is None else float(high), n,
                     "paired bootstrap over items", MIN_ITEMS, tuple(map(float, samples)))
-
-
-def unpaired(a: Sequence[float], b: Sequence[float], statistic: Callable[[list, list], float],
-             seed: int = 0) -> Estimate:
-    """statistic(a, b) of two independent sample sets, percentile bootstrap resampling each."""
-    if not a or not b:
-        raise ValueError("no samples")
-    rng = np.random.default_rng(seed)
-    value = statistic(list(a), list(b))
-    draws = [statistic([a[i] for i in rng.integers(0, len(a), len(a))], [b[i] for i in rng.integers(0, len(b), len(b))])
-             for _ in range(RESAMPLES)]
-    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return Estimate(value, float(low), float(high), min(len(a), len(b)), "bootstrap of two independent samples",
-                    MIN_ITEMS)
 
 
 def sign_flip_pvalue(deltas: Sequence[float], permutations: int = 10_000, seed: int = 0) -> float:

@@ -54,3 +54,55 @@ def test_read_paths_time_every_point_in_rounds_and_report_the_median_with_its_in
     assert recorded["n"] == suite.ROUNDS and recorded["low"] <= recorded["value"] <= recorded["high"]
     with pytest.raises(SkipNotImplemented):
         paths.track_iops(r, "sync-pread", 4096, 32)
+
+
+def test_one_latency_round_compares_the_medians_of_both_sides_on_a_real_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "O_DIRECT", 0)
+    target = tmp_path / "latency.bin"
+    target.write_bytes(bytes(2 * 8 * 4096))
+    issued = []
+    real = suite.write_latency
+
+    def recorded(path, ordered, threads, writes):
+        issued.append(ordered)
+        return real(path, ordered, threads, writes)
+    monkeypatch.setattr(suite, "write_latency", recorded)
+    change = suite.write_latency_change(target, ordered_first=False, writes=8)
+    assert issued == [False, True] and change > -100.0
+    assert len(real(target, True, 2, 8)) == 16  # one latency per write and issuer
+
+
+def test_claim_interleaves_every_side_of_every_claim_in_each_round(tmp_path, monkeypatch):
+    """Each round times reads, block reads, writes and LATENCY_ROUNDS latency rounds back to back; the
+    latency claim's interval is over those rounds (their order alternating), not over single writes."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(bytes(4096))
+    monkeypatch.setattr(suite, "data_file", lambda: data)
+    monkeypatch.setattr(os, "O_DIRECT", 0)
+    monkeypatch.setattr(suite.vectors, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(suite.traces, "requests", lambda limit=None: iter(
+        [{"timestamp": 0, "input_length": 9000, "output_length": 1, "hash_ids": list(range(18))}]))
+    events = []
+    monkeypatch.setattr(suite, "read_point", lambda fd, p, size, depth, budget: events.append("read") or
+                        {"iops": 2.0 if p == "io-uring-batched" else 1.0})
+    monkeypatch.setattr(suite, "block_read_seconds", lambda fd, p: events.append("block") or 0.01)
+    monkeypatch.setattr(suite, "write_point", lambda p, target: events.append("write") or (1.0, True))
+    changes = iter(range(100))
+    monkeypatch.setattr(suite, "write_latency_change",
+                        lambda target, ordered_first: events.append(("latency", ordered_first)) or float(next(changes)))
+    monkeypatch.setattr(suite, "identical_bytes", lambda fd: 1.0)
+    monkeypatch.setattr(suite, "fio_iops", lambda path, depth, seconds: None)
+    monkeypatch.setenv(evidence.ENV, str(tmp_path / "e.evidence.jsonl"))
+    claim = suite.Claim()
+    r = claim.setup_cache()
+    one_round = ["read", "read", "block", "block", "write", "write"] + ["latency"] * suite.LATENCY_ROUNDS
+    assert [e if isinstance(e, str) else e[0] for e in events] == one_round * suite.ROUNDS
+    assert [e[1] for e in events if not isinstance(e, str)][:4] == [True, False, True, False]
+    assert claim.track_batch_read_speedup_4k(r) == 2.0
+    latency = claim.track_sync_write_latency_change_2_threads(r)
+    n = suite.ROUNDS * suite.LATENCY_ROUNDS
+    assert latency == statistics.median(range(n))
+    recorded = evidence.read(tmp_path / "e.evidence.jsonl")["ugds.Claim.track_sync_write_latency_change_2_threads",
+                                                             evidence.params_key({})]
+    assert recorded["n"] == n and recorded["method"].startswith("order statistics")
+    assert recorded["low"] < latency < recorded["high"]
