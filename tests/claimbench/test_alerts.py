@@ -54,6 +54,14 @@ def test_thresholds_by_pattern():
     assert alerts.Thresholds.from_pyproject(overrides={"*": 0.3}).default == 0.3
 
 
+def test_thresholds_read_from_their_own_table(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.claimbench.alerts]\ndefault_threshold = 0.07\n'
+                         '[tool.claimbench.alerts.thresholds]\n"disk.Reads.*" = 0.25\n')
+    t = alerts.Thresholds.from_pyproject(pyproject)
+    assert t.for_benchmark("disk.Reads.track_iops") == 0.25 and t.for_benchmark("disk.Claim.track_x") == 0.07
+
+
 def write_history(results, values, bench="s.Claim.track_speedup", gate=None):
     for i, v in enumerate(values):
         benches = {bench: (["dataset"], [["d"]], [v], "x")}
