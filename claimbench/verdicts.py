@@ -20,8 +20,15 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 | none recorded                                        | past neutral only    | partly          |
 | none recorded                                        | neither              | not reproduced  |
 | a quick run of a claim with `quick_cannot_decide`    | any                  | inconclusive    |
-(a verdict without an interval says "no interval"; the last row: the quick mode runs the claim's code
-on budgets too small to test it, e.g. 3 QAT steps where the claim is about 60, and says so).
+| apart from the run before's on the same code, whose  | any                  | inconclusive    |
+| verdict (by the rows above) differs                  |                      |                 |
+(a verdict without an interval says "no interval"; the second-last row: the quick mode runs the
+claim's code on budgets too small to test it, e.g. 3 QAT steps where the claim is about 60, and says
+so. The last: an interval holds one run's samples, and a shared VM can move between runs more than
+within one (uGDS's sync-write latency, Lychee on a memory-bandwidth state), so a machine's latest
+verdict is checked against its run before in the same mode and inputs where no file on the claim's
+code path changed between them (claimbench.codepath): intervals apart with the same verdict add a
+note, intervals apart with another verdict make it inconclusive, both runs named.)
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
 deciding combination; a mean, or a median that no one combination decides (of an even count),
@@ -469,6 +476,25 @@ def _same_code(a: Verdict, b: Verdict) -> bool | None:
         inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
 
 
+def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
+    """The table's last row: v against the machine's previous run of its claim in v's mode and inputs, where
+    both have intervals, the intervals lie apart and no file on the code path changed between them."""
+    decided = (REPRODUCED, PARTLY, NOT_REPRODUCED)
+    earlier = [o for o in mine if o.mode == v.mode and o.inputs == v.inputs and o.commit_date is not None
+               and v.commit_date is not None and o.commit_date < v.commit_date]
+    before = max(earlier, key=lambda o: o.commit_date, default=None)
+    if (before is None or v.verdict not in decided or before.verdict not in decided or v.low is None
+            or before.low is None or (v.low <= before.high and before.low <= v.high) or not _same_code(before, v)):
+        return
+    apart = (f"the run before on the same code ({before.commit_hash[:8]}: {before.interval_text}, {before.verdict}) "
+             f"lies outside this interval: this machine's runs spread more than one run's interval shows")
+    if before.verdict == v.verdict:
+        v.reason += f"; {apart}"
+    else:
+        v.reason = f"two runs disagree: {apart}; this run alone reads {v.verdict}: {v.reason}"
+        v.verdict = INCONCLUSIVE
+
+
 def _differences(a: Verdict, b: Verdict) -> list[str]:
     out = []
     if a.mode != b.mode:
@@ -538,6 +564,7 @@ def compute_with_history(con, registry: Registry,
             history += mine
             latest.append(min(reversed(mine), key=lambda v: MODE_PREFERENCE.index(v.mode)
                               if v.mode in MODE_PREFERENCE else len(MODE_PREFERENCE)))
+            _against_run_before(latest[-1], mine)
     for machine in [m for m in known if measured_by_device_run_alone(latest, m)]:
         for v in latest:
             if (v.machine == machine and v.verdict == NOT_MEASURED and v.mode is None and v.claim.benchmark

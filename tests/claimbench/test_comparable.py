@@ -397,3 +397,31 @@ def test_a_step_between_runs_without_probes_says_nothing_of_the_machine(tmp_path
     with store.connect(db) as con:
         found, = alerts.regressions(con, alerts.Thresholds())
     assert "probe" not in found.detail
+
+
+@pytest.mark.parametrize("before, same_code, verdict, note", [
+    ((3.0, 2.8, 3.2), True, verdicts.INCONCLUSIVE, "two runs disagree: the run before on the same code (00000001: "
+                                                   "3x [2.8, 3.2], reproduced) lies outside this interval"),
+    ((3.0, 2.8, 3.2), False, verdicts.PARTLY, None),  # the code changed: this run stands alone
+    ((1.25, 1.15, 1.35), True, verdicts.PARTLY, None),  # intervals overlap: within one run's noise
+    ((1.6, 1.5, 1.7), True, verdicts.PARTLY, "; the run before on the same code (00000001: 1.6x [1.5, 1.7], "
+                                             "partly) lies outside this interval"),
+])
+def test_a_verdict_is_checked_against_the_run_before_on_the_same_code(tmp_path, monkeypatch, before, same_code,
+                                                                         verdict, note):
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    value, low, high = before
+    run_at(results, 0, value, mode="full", low=low, high=high)
+    run_at(results, 1, 1.2, mode="full", low=1.1, high=1.3)  # short of the 2x claim, clear of 1x: partly alone
+    run_at(results, 2, 3.0, mode="quick", low=2.8, high=3.2)  # another mode is never the run before
+    assert ingest.ingest([results], db=db).ok
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS.replace('claimed_text = "2x"\n', 'claimed_text = "2x"\nneutral = 1.0\n'))
+    monkeypatch.setattr(verdicts.codepath, "unchanged", lambda *args: same_code)
+    with store.connect(db) as con:
+        latest, = verdicts.compute(con, registry.load(papers))
+    assert (latest.commit_hash[:8], latest.verdict, latest.interval_text) == ("00000002", verdict, "1.2x [1.1, 1.3]")
+    assert (note is None and "run before" not in latest.reason) or note in latest.reason
+    if verdict == verdicts.INCONCLUSIVE:
+        assert latest.reason.split("; this run alone reads ")[1].startswith("partly: max over 1")
