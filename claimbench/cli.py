@@ -240,8 +240,8 @@ def cmd_report(args) -> int:
     else:
         with store.connect(_results_store(args)) as con:
             verdicts.sync_registry(con, reg)
-            latest = verdicts.compute(con, reg)
-        written = report.write(reg, latest, Path(args.out or registry.REPO_ROOT / "reports"))
+            latest, history = verdicts.compute_with_history(con, reg)
+        written = report.write(reg, latest, Path(args.out or registry.REPO_ROOT / "reports"), history)
     for path in written:
         print(f"wrote {path}")
     return 0

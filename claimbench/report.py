@@ -9,8 +9,8 @@ from tabulate import tabulate
 
 from . import alerts, ingest, runner, store, verdicts
 from .registry import REPO_ROOT, Registry
-from .verdicts import (STALE_TEXT, Verdict, across_machines, bracketed, explain_label, explained, params_text,
-                       stale_by_reason)
+from .verdicts import (BETWEEN_RUNS_TEXT, STALE_TEXT, Verdict, across_machines, apart_between_runs, bracketed,
+                       explain_label, explained, params_text, stale_by_reason)
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and
 # minimal desktops lack, and then show as empty boxes.
@@ -56,7 +56,10 @@ def _md_table(headers, rows) -> str:
     return "\n".join(out)
 
 
-def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT / "reports") -> list[Path]:
+def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT / "reports",
+          history: list[Verdict] = ()) -> list[Path]:
+    """index.md (the claims table; what each machine must run again; with every commit's verdicts in history,
+    the claims whose same-code runs lie apart) and one page per paper."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by_paper: dict[str, list[Verdict]] = {}
     for v in latest:
@@ -79,6 +82,9 @@ def write(registry: Registry, latest: list[Verdict], out_dir: Path = REPO_ROOT /
     if stale := stale_by_reason(latest):
         index += ["", "## Out of date", "", STALE_TEXT, "",
                   _md_table(["machine", "why", "papers"], [[m, why, ", ".join(p)] for m, why, p in stale])]
+    if apart := apart_between_runs(list(history)):
+        index += ["", "## Between runs", "", BETWEEN_RUNS_TEXT, "",
+                  _md_table(["claim", "machine", "same-code run pairs", "apart", "furthest apart"], apart)]
     path = out_dir / "index.md"
     path.write_text("\n".join(index) + "\n")
     return [path, *written]
@@ -88,11 +94,11 @@ def refresh(con, registry: Registry, out_dir: Path) -> tuple[list[Verdict], list
     """Verdicts and alerts from the store, written out: out_dir/alerts.md, index.md and one page per paper.
     Returns (verdicts, alerts, pages written)."""
     verdicts.sync_registry(con, registry)
-    latest = verdicts.compute(con, registry)
+    latest, history = verdicts.compute_with_history(con, registry)
     found = alerts.evaluate_as_configured(con, registry)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "alerts.md").write_text(alerts.markdown(found))
-    return latest, found, [out_dir / "alerts.md", *write(registry, latest, out_dir)]
+    return latest, found, [out_dir / "alerts.md", *write(registry, latest, out_dir, history)]
 
 
 # the shipped reference results, full and quick runs (a series of their own)

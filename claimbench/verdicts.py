@@ -495,6 +495,31 @@ def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
         v.verdict = INCONCLUSIVE
 
 
+BETWEEN_RUNS_TEXT = ("An interval holds one run's samples. Where two consecutive runs of a machine (one mode, one set "
+                     "of inputs) ran the same code (no file on the claim's code path changed between them) and their "
+                     "intervals lie apart, that machine's runs spread more than one run's interval shows: read its "
+                     "verdicts with the pair furthest apart in mind. A latest verdict apart from its run before says so, "
+                     "and reads inconclusive where the two verdicts differ.")
+
+
+def apart_between_runs(history: list[Verdict]) -> list[tuple[str, str, int, int, str]]:
+    """(claim, machine, consecutive same-code run pairs with intervals, how many of them lie apart, the pair
+    furthest apart) for each claim and machine with at least one such pair apart, from every commit's verdict."""
+    series: dict[tuple, list[Verdict]] = {}
+    for v in sorted(history, key=lambda v: (v.commit_date is not None, v.commit_date or 0)):
+        if v.low is not None and v.commit_date is not None:
+            series.setdefault((v.claim.key, v.machine, v.mode, v.inputs), []).append(v)
+    out = []
+    for (claim_key, machine, _, _), runs in series.items():
+        pairs = [(a, b) for a, b in zip(runs, runs[1:]) if _same_code(a, b)]
+        apart = [(a, b) for a, b in pairs if a.high < b.low or b.high < a.low]
+        if apart:
+            a, b = max(apart, key=lambda pair: max(pair[1].low - pair[0].high, pair[0].low - pair[1].high))
+            out.append((claim_key, machine, len(pairs), len(apart),
+                        f"{a.interval_text} at {a.commit_hash[:8]}, {b.interval_text} at {b.commit_hash[:8]}"))
+    return out
+
+
 def _differences(a: Verdict, b: Verdict) -> list[str]:
     out = []
     if a.mode != b.mode:

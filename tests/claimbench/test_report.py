@@ -34,6 +34,26 @@ def test_the_index_lists_what_each_machine_must_run_again(tmp_path):
     assert "Out of date" not in (tmp_path / "index.md").read_text()
 
 
+def test_the_index_lists_the_claims_whose_same_code_runs_lie_apart(tmp_path, monkeypatch):
+    papers = tmp_path / "papers.toml"
+    papers.write_text(PAPERS)
+    reg = registry.load(papers)
+    claim = reg.papers[0].claims[0]
+
+    def run(i, value, low, high):
+        return verdicts.Verdict(claim, "box", verdicts.REPRODUCED, measured=value, low=low, high=high, mode="full",
+                                inputs="d", commit_hash=f"{i:08x}" + "0" * 32, commit_date=i)
+    history = [run(1, 2.5, 2.4, 2.6), run(2, 3.0, 2.9, 3.1), run(3, 3.05, 2.95, 3.2)]
+    monkeypatch.setattr(verdicts.codepath, "unchanged", lambda *args: True)
+    report.write(reg, history[-1:], tmp_path, history)
+    index = (tmp_path / "index.md").read_text()
+    assert "## Between runs" in index
+    assert "| p/speed | box | 2 | 1 | 2.5x [2.4, 2.6] at 00000001, 3x [2.9, 3.1] at 00000002 |" in index
+    monkeypatch.setattr(verdicts.codepath, "unchanged", lambda *args: False)  # the code changed between each
+    report.write(reg, history[-1:], tmp_path, history)
+    assert "Between runs" not in (tmp_path / "index.md").read_text()
+
+
 def test_the_shipped_reports_are_written_from_the_reference_results_alone(tmp_path, monkeypatch, capsys):
     """`claimbench report --reference`: reports/ and its alerts.md from reports/results (and -quick) in a store of
     their own; the local store is neither read nor created; a file that does not load stops it, named."""
