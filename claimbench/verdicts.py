@@ -498,8 +498,8 @@ def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
 BETWEEN_RUNS_TEXT = ("An interval holds one run's samples. Where two consecutive runs of a machine (one mode, one set "
                      "of inputs) ran the same code (no file on the claim's code path changed between them) and their "
                      "intervals lie apart, that machine's runs spread more than one run's interval shows: read its "
-                     "verdicts with the pair furthest apart in mind. A latest verdict apart from its run before says so, "
-                     "and reads inconclusive where the two verdicts differ.")
+                     "verdicts with the pair furthest apart in mind. A latest verdict apart from its run before says "
+                     "so, and reads inconclusive where the two verdicts differ.")
 
 
 def apart_between_runs(history: list[Verdict]) -> list[tuple[str, str, int, int, str]]:
