@@ -364,9 +364,10 @@ def budget_alerts(con, root: Path = REPO_ROOT) -> list[Alert]:
 
 
 def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str] | None = None,
-             rechecked: dict[str, str] | None = None) -> list[Alert]:
-    """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these."""
-    latest, history = verdicts.compute_with_history(con, registry)
+             rechecked: dict[str, str] | None = None, computed: tuple[list, list] | None = None) -> list[Alert]:
+    """Every alert, open ones first, newest first; the alerts table is rewritten to hold exactly these. computed:
+    verdicts.compute_with_history's (latest, history) of this store, where the caller has it already."""
+    latest, history = computed or verdicts.compute_with_history(con, registry)
     found = reviewed(regressions(con, thresholds) + gate_and_flip_alerts(latest, history) + budget_alerts(con),
                      acknowledged or {}, rechecked or {})
     found.sort(key=lambda a: (a.status == "open", a.commit_date is not None, a.commit_date or 0), reverse=True)
@@ -381,10 +382,12 @@ def evaluate(con, registry, thresholds: Thresholds, acknowledged: dict[str, str]
 
 
 def evaluate_as_configured(con, registry, path=REPO_ROOT / "pyproject.toml",
-                           overrides: dict[str, float] | None = None) -> list[Alert]:
+                           overrides: dict[str, float] | None = None,
+                           computed: tuple[list, list] | None = None) -> list[Alert]:
     """evaluate() with the thresholds, acknowledgements and rechecks of [tool.claimbench.alerts] in path: what
     `claimbench alerts` and the end of `claimbench run` report (one reading, so they cannot disagree)."""
-    return evaluate(con, registry, Thresholds.from_pyproject(path, overrides), acknowledgements(path), rechecks(path))
+    return evaluate(con, registry, Thresholds.from_pyproject(path, overrides), acknowledgements(path), rechecks(path),
+                    computed)
 
 
 def markdown(alerts: list[Alert]) -> str:

@@ -95,7 +95,7 @@ def refresh(con, registry: Registry, out_dir: Path) -> tuple[list[Verdict], list
     Returns (verdicts, alerts, pages written)."""
     verdicts.sync_registry(con, registry)
     latest, history = verdicts.compute_with_history(con, registry)
-    found = alerts.evaluate_as_configured(con, registry)
+    found = alerts.evaluate_as_configured(con, registry, computed=(latest, history))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "alerts.md").write_text(alerts.markdown(found))
     return latest, found, [out_dir / "alerts.md", *write(registry, latest, out_dir, history)]

@@ -476,6 +476,11 @@ def _same_code(a: Verdict, b: Verdict) -> bool | None:
         inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
 
 
+def _apart(a: Verdict, b: Verdict) -> bool:
+    """Whether two verdicts' intervals are both recorded and have no value in common."""
+    return a.low is not None and b.low is not None and (a.high < b.low or b.high < a.low)
+
+
 def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
     """The table's last row: v against the machine's previous run of its claim in v's mode and inputs, where
     both have intervals, the intervals lie apart and no file on the code path changed between them."""
@@ -483,8 +488,8 @@ def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
     earlier = [o for o in mine if o.mode == v.mode and o.inputs == v.inputs and o.commit_date is not None
                and v.commit_date is not None and o.commit_date < v.commit_date]
     before = max(earlier, key=lambda o: o.commit_date, default=None)
-    if (before is None or v.verdict not in decided or before.verdict not in decided or v.low is None
-            or before.low is None or (v.low <= before.high and before.low <= v.high) or not _same_code(before, v)):
+    if (before is None or v.verdict not in decided or before.verdict not in decided or not _apart(before, v)
+            or not _same_code(before, v)):
         return
     apart = (f"the run before on the same code ({before.commit_hash[:8]}: {before.interval_text}, {before.verdict}) "
              f"lies outside this interval: this machine's runs spread more than one run's interval shows")
@@ -512,7 +517,7 @@ def apart_between_runs(history: list[Verdict]) -> list[tuple[str, str, int, int,
     out = []
     for (claim_key, machine, _, _), runs in series.items():
         pairs = [(a, b) for a, b in zip(runs, runs[1:]) if _same_code(a, b)]
-        apart = [(a, b) for a, b in pairs if a.high < b.low or b.high < a.low]
+        apart = [(a, b) for a, b in pairs if _apart(a, b)]
         if apart:
             a, b = max(apart, key=lambda pair: max(pair[1].low - pair[0].high, pair[0].low - pair[1].high))
             out.append((claim_key, machine, len(pairs), len(apart),
@@ -533,7 +538,7 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
     missing = [v for v in (a, b) if v.low is None]
     if missing:
         out += [f"no interval on {v.machine}" + (f" ({v.verdict})" if v.measured is None else "") for v in missing]
-    elif a.low <= b.high and b.low <= a.high:
+    elif not _apart(a, b):
         out.append("their intervals overlap (each within the other's noise: the verdicts part near a threshold)")
     else:
         out.append(f"their intervals do not overlap ({a.interval_text} vs {b.interval_text}): not noise; "
