@@ -32,7 +32,7 @@ over the reference run's samples and the newest run's: rounds by a rank-sum test
 zeros whatever their mean). When p >= NOISE_P the samples cannot tell the two runs apart: the alert
 is listed as within noise, with its p-value, and is not open. A step with p below it says its
 p-value and stays open. Rounds show one run's noise, not the spread between runs (another load on
-the machine); a step no file on the code path explains still says so.
+the machine); a step no change on the code path explains still says so.
 
 A step in a wall-clock series (a time, queries/s, tokens/s: metrics.wall_clock) between two runs
 that both timed the machine-speed probes (claimbench.machinespeed) says whether the machine slowed
@@ -45,8 +45,8 @@ that bandwidth in both: a memory-bound side moves with it, a ratio against such 
 
 A step a maintainer meant (a deliberate trade) is acknowledged in pyproject.toml,
 [tool.claimbench.alerts.acknowledged], "benchmark pattern@commit prefix" = "why": it stays listed, with
-its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to any
-file on its suite's code path (claimbench.codepath), or two runs of one commit, says so: the machine, its
+its reason, but is no longer open (nor fails `--fail-on`). A regression whose step spans no change to the code
+its suite's code path runs (claimbench.codepath), or two runs of one commit, says so: the machine, its
 load or its libraries changed, not the code. It stays open: the change is real on that machine. A step a
 maintainer re-measured and traced to the machine (the older commit's code timed beside the newer's today,
 or a baseline whose time moved while the method's held) is listed in [tool.claimbench.alerts.rechecked]
@@ -318,7 +318,7 @@ def _noise_test(reference: tuple | None, newest: tuple | None, direction: str) -
 
 
 def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
-    """Where git can tell that no file on the step's code path changed (claimbench.codepath), a clause
+    """Where git can tell that nothing the step's code path runs changed (claimbench.codepath), a clause
     that says so; else ''."""
     cause = f"so the machine, its load or its libraries changed, {CODE_UNCHANGED}"
     if not before or not after:
@@ -328,8 +328,9 @@ def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
     suite = inputs.suite_of(benchmark)
     if not codepath.unchanged(suite, before, after, root):
         return ""
-    return (f"; no file on its code path changed from {before[:8]} to {after[:8]} (the suite, the modules it "
-            f"imports and the shipped data: {len(codepath.files(suite, root))} files), {cause}")
+    return (f"; nothing its code path runs changed from {before[:8]} to {after[:8]} (the suite, the modules it "
+            f"imports and the shipped data: {len(codepath.files(suite, root))} files; docstrings, comments and "
+            f"definitions nothing there names set aside), {cause}")
 
 
 def gate_and_flip_alerts(latest: list[verdicts.Verdict], history: list[verdicts.Verdict]) -> list[Alert]:

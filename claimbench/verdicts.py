@@ -26,8 +26,8 @@ needs 1.126x, -27.7% needs -24.9%). Read "above" as "better" (mirrored for lower
 claim's code on budgets too small to test it, e.g. 3 QAT steps where the claim is about 60, and says
 so. The last: an interval holds one run's samples, and a shared VM can move between runs more than
 within one (uGDS's sync-write latency, Lychee on a memory-bandwidth state), so a machine's latest
-verdict is checked against its run before in the same mode and inputs where no file on the claim's
-code path changed between them (claimbench.codepath): intervals apart with the same verdict add a
+verdict is checked against its run before in the same mode and inputs where nothing the claim's
+code path runs changed between them (claimbench.codepath): intervals apart with the same verdict add a
 note, intervals apart with another verdict make it inconclusive, both runs named.)
 
 A claim folded over parameter combinations (max or min over datasets) takes the interval of the
@@ -388,7 +388,7 @@ def current_inputs() -> dict[str, str]:
 
 def across_machines(verdicts: list[Verdict]) -> str:
     """One claim's latest verdicts on several machines: that they agree, or what sets each machine whose
-    verdict differs from the first one's apart: run mode, inputs, files on the suite's code path changed
+    verdict differs from the first one's apart: run mode, inputs, code on the suite's code path changed
     between their commits (claimbench.codepath), and whether their intervals overlap (within each
     other's noise) or not (the machines measure differently). '' with fewer than two measured."""
     measured = [v for v in verdicts if v.machine and v.verdict not in (NOT_TESTABLE, NOT_MEASURED)]
@@ -410,7 +410,7 @@ def stale(latest: list[Verdict], machine: str) -> dict[str, list[str]]:
     current (what `claimbench run --stale` runs): a claim it could measure without a result, or whose
     latest is a quick run, or a full run on other inputs or on inputs not recorded, or a value without
     the interval another machine's result of the claim has (its suite recorded none yet), or a verdict
-    that differs from another machine's measured later with files on the suite's code path changed in
+    that differs from another machine's measured later with code on the suite's code path changed in
     between (claimbench.codepath: the two did not run the same code). Claims the machine cannot test,
     or without a benchmark, never do; nor, on a machine whose only results are the GPU suite's (what
     `claimbench device-run` measures on a lent machine without asv), claims of other suites."""
@@ -459,7 +459,7 @@ def _why_stale(v: Verdict, latest: list[Verdict]) -> str | None:
 
 def _newer_code_differs(v: Verdict, latest: list[Verdict]) -> str | None:
     """'older code than M's, whose verdict differs' where machine M measured the claim at a later commit
-    with a different verdict and changed files on the suite's code path; else None."""
+    with a different verdict and changed code on the suite's code path; else None."""
     for other in latest:
         if (other.claim.key == v.claim.key and other.machine != v.machine and other.verdict != v.verdict
                 and other.verdict not in (NOT_TESTABLE, NOT_MEASURED) and other.commit_date is not None
@@ -470,7 +470,7 @@ def _newer_code_differs(v: Verdict, latest: list[Verdict]) -> str | None:
 
 
 def _same_code(a: Verdict, b: Verdict) -> bool | None:
-    """True where two verdicts of a claim ran the same files on its suite's code path (one commit, or no
+    """True where two verdicts of a claim ran the same code from its suite's code path (one commit, or no
     change between theirs), False where one changed; None where git cannot tell (claimbench.codepath)."""
     return a.commit_hash == b.commit_hash or codepath.unchanged(
         inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
@@ -483,7 +483,7 @@ def _apart(a: Verdict, b: Verdict) -> bool:
 
 def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
     """The table's last row: v against the machine's previous run of its claim in v's mode and inputs, where
-    both have intervals, the intervals lie apart and no file on the code path changed between them."""
+    both have intervals, the intervals lie apart and nothing the code path runs changed between them."""
     decided = (REPRODUCED, PARTLY, NOT_REPRODUCED)
     earlier = [o for o in mine if o.mode == v.mode and o.inputs == v.inputs and o.commit_date is not None
                and v.commit_date is not None and o.commit_date < v.commit_date]
@@ -501,7 +501,7 @@ def _against_run_before(v: Verdict, mine: list[Verdict]) -> None:
 
 
 BETWEEN_RUNS_TEXT = ("An interval holds one run's samples. Where two consecutive runs of a machine (one mode, one set "
-                     "of inputs) ran the same code (no file on the claim's code path changed between them) and their "
+                     "of inputs) ran the same code (nothing the claim's code path runs changed between them) and their "
                      "intervals lie apart, that machine's runs spread more than one run's interval shows: read its "
                      "verdicts with the pair furthest apart in mind. A latest verdict apart from its run before says "
                      "so, and reads inconclusive where the two verdicts differ.")
@@ -533,7 +533,7 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
         out.append(f"different inputs ({a.inputs_status}, {b.inputs_status})")
     same_code = _same_code(a, b)
     if not same_code:
-        out.append(f"{'files on its code path differ' if same_code is False else 'measured at different commits'} "
+        out.append(f"{'the code it runs differs' if same_code is False else 'measured at different commits'} "
                    f"between {(a.commit_hash or '')[:8]} and {(b.commit_hash or '')[:8]}")
     missing = [v for v in (a, b) if v.low is None]
     if missing:

@@ -32,7 +32,8 @@ def git(repo, *args) -> str:
 def commit(repo, changed: str) -> str:
     path = repo / changed
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text((path.read_text() if path.exists() else SOURCES.get(changed, "")) + "\n")
+    added = "\nprint()\n" if changed.endswith(".py") else "\n"  # a statement that runs at import
+    path.write_text((path.read_text() if path.exists() else SOURCES.get(changed, "")) + added)
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", changed)
     return git(repo, "rev-parse", "HEAD")
@@ -69,6 +70,81 @@ def test_unchanged_tells_a_change_off_the_path_from_one_on_it(repo):
     assert codepath.unchanged("missing", first, off_path, repo) is None
 
 
+FAST = '''"""Fast."""
+from claimbench import intervals
+
+LIMIT = 3
+SEED = intervals.seed(0)
+
+
+def helper():
+    return 1
+
+
+def used():
+    """Used."""
+    return helper()
+
+
+def unused():
+    return 2
+
+
+def by_string():
+    return 3
+
+
+@register
+def plugin():
+    return 4
+'''
+
+
+def write(repo, changes: dict[str, str]) -> str:
+    for name, text in changes.items():
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "change")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("path, old, new, same", [
+    ("impl/fast.py", '"""Used."""', '"""Used, said otherwise."""  # and a comment', True),
+    ("impl/fast.py", "return 2", "return 20", True),  # nothing on the path names unused
+    ("impl/fast.py", "def unused():\n    return 2\n", "", True),
+    ("impl/fast.py", "LIMIT = 3", "LIMIT = 4", True),
+    ("impl/fast.py", "return helper()", "return helper() + 1", False),  # the suite calls used
+    ("impl/fast.py", "return 1", "return 10", False),  # used calls helper
+    ("impl/fast.py", "return 3", "return 30", False),  # a string on the path names by_string (getattr)
+    ("impl/fast.py", "return 4", "return 40", False),  # a decorator may register plugin
+    ("impl/fast.py", "intervals.seed(0)", "intervals.seed(1)", False),  # a call at import
+    ("impl/fast.py", "from claimbench import intervals", "from claimbench import intervals, codepath", False),
+    ("suites/s.py", '"""Suite."""', '"""The suite."""', True),
+    ("suites/s.py", "def unused_here():\n    return 0", "def unused_here():\n    return 1", False),  # asv reads it
+])
+def test_unchanged_reads_which_definitions_changed_and_whether_the_path_names_them(repo, path, old, new, same):
+    base = {"impl/fast.py": FAST,
+            "suites/s.py": '"""Suite."""\nfrom claimbench.impl import fast\n\n\ndef time_it():\n    fast.used()\n'
+                           "\n\ndef unused_here():\n    return 0\n",
+            "claimbench/intervals.py": 'METHOD = getattr(object, "by_string", None)\n'}
+    before = write(repo, base)
+    assert old in base[path]
+    after = write(repo, {path: base[path].replace(old, new)})
+    assert codepath.unchanged("s", before, after, repo) is same
+
+
+def test_a_version_that_does_not_parse_is_a_change(repo):
+    before = write(repo, {"impl/fast.py": FAST.replace("def unused():", "def unused(:")})
+    after = write(repo, {"impl/fast.py": FAST})
+    assert codepath.unchanged("s", before, after, repo) is False
+
+
+def test_an_import_star_on_the_path_names_everything(repo):
+    before = write(repo, {"impl/fast.py": FAST, "claimbench/intervals.py": "from claimbench.impl.fast import *\n"})
+    after = write(repo, {"impl/fast.py": FAST.replace("return 2", "return 20")})
+    assert codepath.unchanged("s", before, after, repo) is False
+
+
 @pytest.mark.parametrize("step_change, noted", [("claimbench/unrelated.py", True), ("impl/fast.py", False)])
 def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_change, noted):
     results, db = tmp_path / "results", tmp_path / "s.duckdb"
@@ -82,7 +158,7 @@ def test_a_step_with_no_change_on_its_code_path_says_so(repo, tmp_path, step_cha
     with store.connect(db, read_only=True) as con:
         found, = alerts.regressions(con, alerts.Thresholds(), root=repo)
     assert found.commit_hash == commits[8]
-    assert ("no file on its code path changed" in found.detail) is noted
+    assert ("nothing its code path runs changed" in found.detail) is noted
     assert ("1 of them are steps with no change on their code path" in alerts.markdown([found])) is noted
     if noted:
         assert f"from {commits[7][:8]} to {commits[8][:8]}" in found.detail and "12 files" in found.detail

@@ -248,7 +248,7 @@ def test_across_machines_says_they_agree_or_what_sets_them_apart(monkeypatch):
     assert "the machines or that code differ" in elsewhere
     monkeypatch.setattr(verdicts.codepath, "unchanged", lambda *args: False)
     failed = verdicts.across_machines([epyc, machine_verdict("xeon", verdicts.GATE_FAILED, commit="b" * 40)])
-    assert failed == ("epyc reproduced, xeon gate failed: files on its code path differ between aaaaaaaa and "
+    assert failed == ("epyc reproduced, xeon gate failed: the code it runs differs between aaaaaaaa and "
                       "bbbbbbbb, no interval on xeon (gate failed)")
     epyc.commit_date, older_xeon = 2, machine_verdict("xeon", verdicts.PARTLY, 1.5, 1.3, 1.7, commit="b" * 40)
     older_xeon.commit_date = 1
