@@ -57,6 +57,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import math
 import statistics
 import tomllib
 from dataclasses import dataclass
@@ -236,7 +237,7 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
         suite = inputs.suite_of(bench)
         fingerprint = inputs.key(json.loads(recorded or "{}").get(suite))
         test = next((test for prefix, test in NOISE_TESTS.items() if method and method.startswith(prefix)), None)
-        testable = (samples, test) if samples and test else None
+        testable = (samples, test) if samples and test and _in_the_values_scale(value, samples, test) else None
         probes = json.loads(speed).get(suite) if speed and metrics.wall_clock(bench, unit) else None
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
             (commit, date, value, testable, probes, run))
@@ -299,6 +300,17 @@ def _reference_point(values: list[float], before: int, v_before: float) -> int:
     REFERENCE_POINTS values before the newest), else the last run before asv's step."""
     window = range(max(0, before + 1 - REFERENCE_POINTS), before + 1)
     return next((i for i in reversed(window) if values[i] == v_before), before)
+
+
+def _in_the_values_scale(value: float, samples: list[float], test: tuple) -> bool:
+    """Whether a run's samples are in its value's scale, as a test in the value's direction needs: a share is
+    the mean of its items, a median lies within its rounds. Results recorded before intervals.Estimate.map
+    mapped the samples are not: Lychee's queries/s kept each round's time (a rank-sum test over them reads a
+    slowdown as a speed-up), ATTUNE's percentages their 0/1 items."""
+    if test is NOISE_TESTS["Wilson"]:
+        return math.isclose(statistics.fmean(samples), value, rel_tol=1e-6, abs_tol=1e-12)
+    slack = 1e-9 * abs(value)
+    return min(samples) - slack <= value <= max(samples) + slack
 
 
 def _noise_test(reference: tuple | None, newest: tuple | None, direction: str) -> tuple[bool, str]:

@@ -56,10 +56,12 @@ class Estimate:
         return self.n >= self.min_n and self.low is not None
 
     def map(self, fn: Callable[[float], float]) -> Estimate:
-        """A monotone function of the value (e.g. 100 * (x - 1)); a decreasing one swaps the bounds."""
+        """A monotone function of the value (e.g. 100 * (x - 1)); a decreasing one swaps the bounds. The
+        samples go through it too (a round's time becomes its queries/s), so a test over two runs' samples
+        reads them in the value's direction."""
         bounds = sorted((fn(self.low), fn(self.high))) if self.low is not None else (None, None)
-        return Estimate(fn(self.value), bounds[0], bounds[1], self.n, self.method, self.min_n, self.samples,
-                        self.confidence)
+        return Estimate(fn(self.value), bounds[0], bounds[1], self.n, self.method, self.min_n,
+                        tuple(fn(s) for s in self.samples), self.confidence)
 
     def to_json(self) -> dict:
         return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "method": self.method,

@@ -336,6 +336,30 @@ def test_a_rates_step_is_tested_on_its_items_means(tmp_path, newest, status):
     assert intervals.rank_sum_pvalue(before.samples, newest) >= alerts.NOISE_P  # what a rank test would have said
 
 
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_rate_from_round_times_is_tested_in_its_own_direction(tmp_path, mapped):
+    """queries/s as 1,000 queries over each round's median time, 30% slower in the newest run: with the
+    samples mapped to queries/s the rank-sum test finds the drop; with the rounds' times kept under the
+    rate (results recorded before Estimate.map mapped samples), a test would read the drop as a gain and
+    call it noise, so none is run."""
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    def qps(times):
+        est = intervals.median_of(times).map(lambda t: 1000 / t)
+        return est if mapped else dataclasses.replace(est, samples=tuple(times))
+    for i in range(8):
+        est = qps([0.020, 0.021, 0.022, 0.022, 0.023, 0.024, 0.025])
+        run_at(results, i, est.value, mode="full", unit=metrics.QPS.unit, estimate=est)
+    est = qps([0.028, 0.029, 0.030, 0.030, 0.031, 0.032, 0.033])
+    run_at(results, 8, est.value, mode="full", unit=metrics.QPS.unit, estimate=est)
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = alerts.regressions(con, alerts.Thresholds())
+    assert found.status == "open"
+    assert ("rank-sum test over the two runs' 7 and 7 samples: p = 0.00" in found.detail) is mapped
+    assert mapped or "test" not in found.detail
+
+
 @pytest.mark.parametrize("with_samples", [True, False])
 def test_a_paired_bootstrap_step_is_not_rank_tested(tmp_path, with_samples):
     """A share of dense over 24 items (dense answers 20), 8 of them answered, then 4: with or without

@@ -67,6 +67,7 @@ def test_estimates_map_through_monotone_functions():
     est = intervals.ratio_of_rounds([2.0, 3.0, 4.0, 2.5, 3.5, 3.0], [1.0] * 6)
     change = est.map(lambda x: 100 * (1 / x - 1))  # decreasing: the bounds swap
     assert change.low == pytest.approx(-75.0) and change.high == pytest.approx(-50.0)
+    assert change.samples == pytest.approx([100 * (1 / x - 1) for x in est.samples])  # tested in its direction
     assert est.text() == "3 [2, 4]"
 
 
