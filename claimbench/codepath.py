@@ -117,6 +117,15 @@ def unchanged(suite: str, before: str, after: str, root: Path = REPO_ROOT) -> bo
     """True when nothing the suite runs from its code path differs between the two commits (no file
     changed, or only in ways the module docstring lists), False when something does; None when that
     cannot be told (no such suite file, no git, a commit this clone lacks)."""
+    found = changes(suite, before, after, root)
+    return None if found is None else not found
+
+
+@functools.cache
+def changes(suite: str, before: str, after: str, root: Path = REPO_ROOT) -> tuple[str, ...] | None:
+    """What changed between the two commits that the suite runs: 'path' for a whole file (the suite's own,
+    one added, removed or not parsing, one whose top-level statements changed, the shipped data) and
+    'path: name' for a definition the path names; () for nothing; None where git cannot tell."""
     paths = files(suite, root)
     if not paths or not before or not after:
         return None
@@ -124,14 +133,14 @@ def unchanged(suite: str, before: str, after: str, root: Path = REPO_ROOT) -> bo
     try:
         changed = subprocess.run(["git", "diff", "--name-only", before, after, "--", *paths], cwd=root,
                                  capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
-        if not changed:
-            return True
-        if not set(changed) <= set(code):
-            return False  # the shipped data
-        old, new = _texts(before, code, root), _texts(after, code, root)
+        python = [p for p in changed if p in code]
+        old, new = (_texts(before, code, root), _texts(after, code, root)) if python else ({}, {})
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
-    return _runs_the_same(_start(suite, root).relative_to(root).as_posix(), changed, old, new)
+    start = _start(suite, root).relative_to(root).as_posix()
+    found = _what_runs_differently(start, python, old, new) + ((DATA,) if len(python) < len(changed) else ())
+    first = (start, "impl/", "baselines/", "datasets/", "")  # the suite, then the method and its baselines
+    return tuple(sorted(found, key=lambda f: next(i for i, prefix in enumerate(first) if f.startswith(prefix))))
 
 
 def _texts(commit: str, paths: tuple[str, ...], root: Path) -> dict[str, str | None]:
@@ -220,23 +229,28 @@ def _module(text: str) -> _Module | None:
     return _Module(definitions, tuple(rest), tuple(uses))
 
 
-def _runs_the_same(start: str, changed: list[str], old: dict[str, str | None], new: dict[str, str | None]) -> bool:
-    """Whether the changed files (all Python, on the path) change nothing the suite at `start` runs: see the
-    module docstring. old and new hold every file on the path at the two commits."""
+def _what_runs_differently(start: str, changed: list[str], old: dict[str, str | None],
+                           new: dict[str, str | None]) -> tuple[str, ...]:
+    """Of the changed files (all Python, on the path), what changes what the suite at `start` runs, as
+    `changes` names it (the module docstring says how). old and new hold every file on the path at the
+    two commits."""
     modules = {(path, version): _module(text) for version, texts in (("old", old), ("new", new))
                for path, text in texts.items() if text is not None}
-    if None in modules.values():
-        return False
-    changed_names = {}
+    out, changed_names = [], {}
     for path in changed:
         before, after = modules.get((path, "old")), modules.get((path, "new"))
-        if before is None or after is None or before.rest != after.rest:
-            return False
-        names = {n for n in before.definitions.keys() | after.definitions.keys()
-                 if before.definitions.get(n) != after.definitions.get(n)}
-        if names and path == start:
-            return False
-        changed_names[path] = names
-    return not any("*" in used or name in used for path, names in changed_names.items() for name in names
-                   for (home, _), module in modules.items() for defined, used in module.uses
-                   if not (home == path and defined == name))
+        names = set() if before is None or after is None else {
+            n for n in before.definitions.keys() | after.definitions.keys()
+            if before.definitions.get(n) != after.definitions.get(n)}
+        if before is None or after is None or before.rest != after.rest or (names and path == start):
+            out.append(path)
+        else:
+            changed_names[path] = names
+    uses = [(home, defined, used) for (home, _), module in modules.items() if module is not None
+            for defined, used in module.uses]
+    if any(module is None for module in modules.values()):
+        uses.append((None, None, frozenset({"*"})))  # a file that does not parse could name anything
+    out += [f"{path}: {name}" for path, names in changed_names.items() for name in sorted(names)
+            if any("*" in used or name in used for home, defined, used in uses
+                   if not (home == path and defined == name))]
+    return tuple(out)

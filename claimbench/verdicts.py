@@ -476,6 +476,16 @@ def _same_code(a: Verdict, b: Verdict) -> bool | None:
         inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
 
 
+def _what_changed(a: Verdict, b: Verdict, shown: int = 3) -> str:
+    """' (suites/x.py, impl/x.py: Method and 2 more)': what codepath.changes finds between the two verdicts'
+    commits, the first few of it; '' where it finds nothing to name."""
+    found = codepath.changes(inputs.suite_of(a.claim.benchmark or ""), a.commit_hash or "", b.commit_hash or "")
+    if not found:
+        return ""
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    return f" ({', '.join(found[:shown])}{more})"
+
+
 def _apart(a: Verdict, b: Verdict) -> bool:
     """Whether two verdicts' intervals are both recorded and have no value in common."""
     return a.low is not None and b.low is not None and (a.high < b.low or b.high < a.low)
@@ -534,7 +544,8 @@ def _differences(a: Verdict, b: Verdict) -> list[str]:
     same_code = _same_code(a, b)
     if not same_code:
         out.append(f"{'the code it runs differs' if same_code is False else 'measured at different commits'} "
-                   f"between {(a.commit_hash or '')[:8]} and {(b.commit_hash or '')[:8]}")
+                   f"between {(a.commit_hash or '')[:8]} and {(b.commit_hash or '')[:8]}"
+                   + (_what_changed(a, b) if same_code is False else ""))
     missing = [v for v in (a, b) if v.low is None]
     if missing:
         out += [f"no interval on {v.machine}" + (f" ({v.verdict})" if v.measured is None else "") for v in missing]

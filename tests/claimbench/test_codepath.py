@@ -133,6 +133,18 @@ def test_unchanged_reads_which_definitions_changed_and_whether_the_path_names_th
     assert codepath.unchanged("s", before, after, repo) is same
 
 
+def test_changes_names_what_changed_that_the_suite_runs(repo):
+    calls = "from . import common\nfrom claimbench.impl import fast\n\nfast.used()\n"
+    first = write(repo, {"impl/fast.py": FAST, "suites/s.py": calls})
+    both = write(repo, {"impl/fast.py": FAST.replace("return 1", "return 10").replace("return 2", "return 20")})
+    suite = write(repo, {"suites/s.py": calls.replace("used()", "used(1)")})
+    data = commit(repo, "datasets/data/MANIFEST.json")
+    assert codepath.changes("s", first, both, repo) == ("impl/fast.py: helper",)  # not unused
+    assert codepath.changes("s", both, suite, repo) == ("suites/s.py",)
+    assert codepath.changes("s", suite, data, repo) == ("datasets/data",)
+    assert codepath.changes("s", data, data, repo) == ()
+
+
 def test_a_version_that_does_not_parse_is_a_change(repo):
     before = write(repo, {"impl/fast.py": FAST.replace("def unused():", "def unused(:")})
     after = write(repo, {"impl/fast.py": FAST})
