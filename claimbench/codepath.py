@@ -112,7 +112,6 @@ def files(suite: str, root: Path = REPO_ROOT) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-@functools.cache
 def unchanged(suite: str, before: str, after: str, root: Path = REPO_ROOT) -> bool | None:
     """True when nothing the suite runs from its code path differs between the two commits (no file
     changed, or only in ways the module docstring lists), False when something does; None when that
