@@ -1,6 +1,8 @@
-"""A fixture store with measured, failed-gate, not-testable and not-measured claims."""
+"""A fixture store with measured, failed-gate, not-testable and not-measured claims; the __main__ module
+kept across Streamlit's AppTest."""
 import itertools
 import json
+import sys
 
 import pytest
 
@@ -9,6 +11,15 @@ from claimbench import asvfiles, environment, evidence, ingest, intervals
 DATASETS = ["glove-50-angular", "spectrum-256-decay1.5"]
 TARGETS = ["0.999", "0.9999"]
 NPROBES = [4, 16, 64]
+
+
+@pytest.fixture(autouse=True)
+def main_module_kept():
+    """Streamlit's AppTest runs a page as __main__ and leaves it there. Every process the later tests
+    spawn (measure.in_child) would run that page again first, seconds each: put the real __main__ back."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 def lychee_run(results, machine, i, speedups, identical, machine_info=None):
