@@ -8,24 +8,53 @@ import sys
 
 import pytest
 
-from claimbench import device, environment, evidence, ingest, registry, store, verdicts
+from claimbench import cli, device, environment, evidence, ingest, registry, store, verdicts
 from claimbench.impl import triton_support
 
 pytest.importorskip("triton")
 
 
-def test_dry_run_writes_results_ingest_takes_with_gpu_fields(tmp_path):
-    cli = [sys.executable, "-m", "claimbench.cli", "device-run", "--dry-run", "--out", str(tmp_path / "out"),
-           "--machine", "dry-box"]  # a process of its own: the interpreter is chosen before triton loads
-    done = subprocess.run(cli, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    machine_dir = tmp_path / "out" / "dry-box"
+@pytest.fixture(scope="module")
+def bare_dry_run(tmp_path_factory):
+    """The dry run from a bare copy, as on a lent GPU machine: claimbench not installed (the editable install's
+    finder removed, the copy on sys.path), no numba; in a process of its own, so the interpreter is chosen
+    before triton loads. Returns (the folder it wrote, the copy, its stdout)."""
+    tmp_path = tmp_path_factory.mktemp("bare")
+    clone = tmp_path / "copy"
+    subprocess.run(["git", "clone", "-q", str(registry.REPO_ROOT), str(clone)], check=True)
+    for folder in ("claimbench", "impl", "baselines", "datasets", "suites"):  # the working tree, as a device gets it
+        subprocess.run(["cp", "-rT", str(registry.REPO_ROOT / folder), str(clone / folder)], check=True)
+    script = "\n".join([
+        "import runpy, sys",
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]",
+        "sys.modules['numba'] = None  # the device image has no numba",
+        f"sys.path.insert(0, {str(clone)!r})",
+        f"sys.argv = ['device', '--dry-run', '--out', {str(tmp_path / 'out')!r}, '--machine', 'dry-box']",
+        "try:",
+        "    runpy.run_module('claimbench.device', run_name='__main__')",
+        "except SystemExit as e:",
+        "    assert not e.code, e.code",
+        "print(sys.modules['claimbench.impl.sparse_decode_triton'].__file__)"])
+    out = subprocess.run([sys.executable, "-c", script], cwd=clone, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return tmp_path / "out", clone, out.stdout
+
+
+def test_the_dry_run_runs_from_a_bare_copy(bare_dry_run):
+    out, clone, stdout = bare_dry_run
+    assert "wrote" in stdout and list((out / "dry-box").glob("*-device-py*.json"))
+    assert stdout.strip().splitlines()[-1] == str(clone / "impl" / "sparse_decode_triton.py")  # the copy's code
+
+
+def test_dry_run_writes_results_ingest_takes_with_gpu_fields(bare_dry_run, tmp_path):
+    out, _, _ = bare_dry_run
+    machine_dir = out / "dry-box"
     record = json.loads(next(machine_dir.glob(f"*{environment.RECORD_SUFFIX}")).read_text())
     assert record["mode"] == "dry-run" and record["inputs"] == {"gpu": {}}
     env = json.loads((machine_dir / environment.SIDECAR).read_text())
     assert {"gpu", "gpu_count", "driver", "cuda", "libraries"} <= set(env)
     db = tmp_path / "s.duckdb"
-    report = ingest.ingest([tmp_path / "out"], db=db)
+    report = ingest.ingest([out], db=db)
     assert report.ok and report.added == 1, report.summary()
     with store.connect(db) as con:
         rows = con.execute("""SELECT x.benchmark, x.value, x.low, x.high, r.mode FROM results x JOIN runs r
@@ -41,27 +70,12 @@ def test_dry_run_writes_results_ingest_takes_with_gpu_fields(tmp_path):
     assert kernels == set(device.E8_KERNELS) and all(error < 1e-4 for _, error in e8)  # fp32 on the CPU
 
 
-def test_the_dry_run_runs_from_a_bare_copy(tmp_path):
-    """Without claimbench installed: the editable install's finder removed, the copy on sys.path."""
-    clone = tmp_path / "copy"
-    subprocess.run(["git", "clone", "-q", str(registry.REPO_ROOT), str(clone)], check=True)
-    for folder in ("claimbench", "impl", "baselines", "datasets", "suites"):  # the working tree, as a device gets it
-        subprocess.run(["cp", "-rT", str(registry.REPO_ROOT / folder), str(clone / folder)], check=True)
-    script = "\n".join([
-        "import runpy, sys",
-        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]",
-        "sys.modules['numba'] = None  # the device image has no numba",
-        f"sys.path.insert(0, {str(clone)!r})",
-        f"sys.argv = ['device', '--dry-run', '--out', {str(tmp_path / 'o')!r}, '--machine', 'bare']",
-        "try:",
-        "    runpy.run_module('claimbench.device', run_name='__main__')",
-        "except SystemExit as e:",
-        "    assert not e.code, e.code",
-        "print(sys.modules['claimbench.impl.sparse_decode_triton'].__file__)"])
-    out = subprocess.run([sys.executable, "-c", script], cwd=clone, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "wrote" in out.stdout and list((tmp_path / "o" / "bare").glob("*-device-py*.json"))
-    assert out.stdout.strip().splitlines()[-1] == str(clone / "impl" / "sparse_decode_triton.py")  # the copy's code
+def test_the_command_line_passes_its_options_to_the_device_run(monkeypatch, tmp_path):
+    """`claimbench device-run` is the device module's own command line (the dry run above runs that module)."""
+    calls = []
+    monkeypatch.setattr(device, "run", lambda out, **options: calls.append((out, options)))
+    assert cli.main(["device-run", "--dry-run", "--out", str(tmp_path), "--machine", "m", "--commit", "c0ffee"]) == 0
+    assert calls == [(tmp_path, {"dry_run": True, "machine": "m", "commit": "c0ffee"})]
 
 
 def test_a_benchmark_that_breaks_is_left_out_with_its_traceback_and_the_rest_still_land():
@@ -194,7 +208,7 @@ def test_the_compile_check_exits_nonzero_and_says_why_when_a_kernel_fails(monkey
     too_big = {**ok, "kernel": "_tiles", "shared_bytes": 240_000, "error": "240,000 bytes of shared memory, above"}
     failed = {"where": "gpu.E8Matmul toy x 1 tokens", "kernel": "", "error": "CompilationError: boom"}
     monkeypatch.setattr(device, "compile_check", lambda arch: [ok, too_big, failed])
-    assert device.main(["--compile-only"]) == 1
+    assert cli.main(["device-run", "--compile-only"]) == 1
     table = capsys.readouterr().out
     assert "_codes_kernel" in table and "1 too big: 240,000 bytes" in table
     assert "(gpu.E8Matmul toy x 1 tokens)" in table and "CompilationError: boom" in table and "2 failed" in table
