@@ -1,6 +1,8 @@
 """ATTUNE's gate, tuner and proposers on a tiny MoE recipe (two layers, 4 experts, 256 tokens a step)."""
 import ast
+import itertools
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,13 +84,15 @@ def test_the_dynamic_check_alone_catches_changes_the_run_shows(name, reference):
 
 
 def test_every_legitimate_change_is_accepted(reference):
-    deviations = [attune_gate.check({**tiny(), **p}, tiny(), reference, float("inf"),
-                                    timeout_s=CHECK_TIMEOUT_S).loss_deviation
-                  for p in suite.NOISE_PROBES]
-    tolerance = attune_gate.tolerance_from_noise(deviations)
-    for name, changes in suite.LEGITIMATE.items():
-        decision = attune_gate.check({**tiny(), **changes}, tiny(), reference, tolerance, timeout_s=CHECK_TIMEOUT_S)
-        assert decision.accepted, (name, decision)
+    """Each check runs in a child process of its own: two at a time (one per core here)."""
+    def checked(changes: dict, tolerance: float):
+        return attune_gate.check({**tiny(), **changes}, tiny(), reference, tolerance, timeout_s=CHECK_TIMEOUT_S)
+    with ThreadPoolExecutor(2) as pool:
+        probes = pool.map(checked, suite.NOISE_PROBES, itertools.repeat(float("inf")))
+        tolerance = attune_gate.tolerance_from_noise([decision.loss_deviation for decision in probes])
+        decisions = pool.map(checked, suite.LEGITIMATE.values(), itertools.repeat(tolerance))
+        for name, decision in zip(suite.LEGITIMATE, decisions):
+            assert decision.accepted, (name, decision)
 
 
 def test_a_failing_ddp_rank_ends_the_run_with_its_error():
