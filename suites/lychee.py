@@ -84,8 +84,6 @@ def compare(ds, ivf: IVFFlat, lychee: Lychee, nprobe: int, rounds: int = ROUNDS)
         "recall_lychee": recall_at_k(i_ly, ds.gt_ids, K),
         "identical": identical.value,
         "identical_estimate": identical,
-        "qps_ivf": len(q) / measure.median(times["ivf"]),
-        "qps_lychee": len(q) / measure.median(times["lychee"]),
         "qps_ivf_estimate": intervals.median_of(times["ivf"]).map(lambda t: len(q) / t),
         "qps_lychee_estimate": intervals.median_of(times["lychee"]).map(lambda t: len(q) / t),
         "speedup": speedup.value,
@@ -291,10 +289,12 @@ class ClaimSpeedup(_MemoryContext, common.ComputedOnce):
         return self._gated(r, dataset, target_recall, "speedup_all_cores")
     track_speedup_all_cores.unit = metrics.SPEEDUP.unit
 
+    @evidence.estimate
     def track_qps_lychee(self, r, dataset, target_recall):
-        return r[dataset, target_recall]["qps_lychee"]
+        return r[dataset, target_recall]["qps_lychee_estimate"]
     track_qps_lychee.unit = metrics.QPS.unit
 
+    @evidence.estimate
     def track_qps_ivf_flat(self, r, dataset, target_recall):
-        return r[dataset, target_recall]["qps_ivf"]
+        return r[dataset, target_recall]["qps_ivf_estimate"]
     track_qps_ivf_flat.unit = metrics.QPS.unit

@@ -27,7 +27,10 @@ def test_compare_reports_quality_beside_speed(tiny):
     point = suite.compare(*tiny, nprobe=8, rounds=2)
     assert point["identical"] == 1.0
     assert point["recall"] == point["recall_lychee"]
-    assert point["qps_ivf"] > 0 and point["qps_lychee"] > 0 and point["speedup"] > 0
+    assert point["speedup"] > 0
+    for side in ("ivf", "lychee"):  # queries/s with the interval and samples of its rounds, in queries/s
+        qps = point[f"qps_{side}_estimate"]
+        assert qps.n == 2 and 0 < qps.low <= qps.value <= qps.high and min(qps.samples) <= qps.value <= max(qps.samples)
     assert 0 < point["read_fraction"] <= 1
     assert point["memory_bandwidth_estimate"].value > 0 and point["memory_bandwidth_estimate"].n == 2
     assert point["ivf_bandwidth_share"].value > 0  # IVF-Flat's scan rate over the copy rate of its rounds
@@ -66,3 +69,9 @@ def test_claim_rows_write_their_interval_to_the_evidence_file(tmp_path, monkeypa
     found = evidence.read(tmp_path / "c.evidence.jsonl")
     rec = found["lychee.ClaimSpeedup.track_speedup", evidence.params_key({"dataset": "d", "target_recall": "0.999"})]
     assert (rec["low"], rec["high"], rec["n"]) == (5.0, 7.0, 7)
+    point["d", "0.999"]["qps_lychee_estimate"] = intervals.median_of([0.5, 0.4, 0.5, 0.6, 0.5, 0.5, 0.4]).map(
+        lambda seconds: 100 / seconds)
+    assert suite.ClaimSpeedup().track_qps_lychee(point, "d", "0.999") == 200.0
+    rec = evidence.read(tmp_path / "c.evidence.jsonl")[
+        "lychee.ClaimSpeedup.track_qps_lychee", evidence.params_key({"dataset": "d", "target_recall": "0.999"})]
+    assert rec["low"] < 200 < rec["high"] and rec["n"] == 7
