@@ -4,6 +4,9 @@ number or says why it has none, and the claim row reads TokenGate's own speedup.
 import dataclasses
 import itertools
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -103,7 +106,6 @@ def test_the_chat_tasks_have_rows_per_task_and_pooled(patched):
     assert chat.track_accuracy_change_points(result, "all", *first) == 0.0
 
 
-
 def test_full_prefill_and_snapkv_share_one_prefill_and_equal_their_own(patched):
     model, _ = smollm_stub.stand_in(n_layers=6, max_seq_len=512)
     ids = list(range(5, 205))
@@ -120,6 +122,22 @@ def test_full_prefill_and_snapkv_share_one_prefill_and_equal_their_own(patched):
             assert torch.equal(cache.positions[layer][:n], own.positions[layer][:n])
     with pytest.raises(ValueError, match="window is 8"):
         SnapKV(0.5, window=8).compress(*token_pruning.observed_prefill(model, ids, 8, window=16))
+
+
+def _knobs(quick: bool) -> str:
+    probe = ("from claimbench import intervals; from claimbench.suites import tokengate as suite; "
+             "print(repr(suite.TRAINING), suite.ROUNDS >= intervals.MIN_ROUNDS, "
+             "min(suite.SAMPLES.values()) >= intervals.MIN_ITEMS)")
+    env = {**os.environ, "CLAIMBENCH_QUICK": "1" if quick else "0"}
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_quick_mode_trains_the_gates_as_full_mode_does_with_enough_rounds_and_samples_to_call():
+    """The gates are the method: quick mode's 4 steps on 128-token rows (until dd7d927) pruned the needle
+    from every sample at 1K, so its failed gate said nothing about TokenGate."""
+    quick, full = _knobs(quick=True), _knobs(quick=False)
+    assert quick == full and quick.endswith("True True\n")
+
 
 @pytest.mark.model
 def test_the_memory_measurement_runs_in_a_fresh_process_on_the_real_model():
