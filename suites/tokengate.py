@@ -28,7 +28,7 @@ bound of full prefill's 95% interval. CLAIMBENCH_QUICK=1: 1K context, keep 25%, 
 2 probes, 1 sample per chat task; the gates train as in full mode (60 steps on 256-token rows, about
 3.5 min once, cached: the same file a full run loads for keep 25%), since they are the method: until
 dd7d927 quick mode trained 4 steps on 128-token rows, and those gates pruned the needle from all 4
-samples at 1K (the gate failed) where the full recipe's keep 11 of 12.
+samples at 1K (the gate failed), where the full recipe's gates keep it in 11 of 12.
 """
 import dataclasses
 import logging
