@@ -3,6 +3,7 @@ pinned corpus and the needle task tokenize as in the suite), every knob shrunk: 
 number or says why it has none, and the claim row reads TokenGate's own speedup."""
 import dataclasses
 import itertools
+import json
 import math
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
+from claimbench import intervals, registry, verdicts
 from claimbench.baselines import token_pruning
 from claimbench.baselines.token_pruning import SnapKV
 from claimbench.suites import tokengate as suite
@@ -137,6 +139,26 @@ def test_quick_mode_trains_the_gates_as_full_mode_does_with_enough_rounds_and_sa
     from every sample at 1K, so its failed gate said nothing about TokenGate."""
     quick, full = _knobs(quick=True), _knobs(quick=False)
     assert quick == full and quick.endswith("True True\n")
+
+
+def test_the_gate_margin_carries_the_methods_interval_so_a_pass_the_samples_cannot_tell_says_so():
+    """11 of 12 against full prefill's 12 of 12 passes on its value (bound 75.7%), but the method's own
+    interval reaches below the bound: the verdict adds that the samples cannot tell."""
+    context, keep = suite.CLAIM_CONTEXT, suite.KEEPS[0]
+    r = {"accuracy": {(context, "full", keep): [1.0] * 12, (context, "tokengate", keep): [1.0] * 11 + [0.0]}}
+    prefill = suite.Prefill()
+    margin = prefill.track_accuracy_margin_points.__wrapped__(prefill, r, context, "tokengate", keep)
+    bound = intervals.rate([1.0] * 12).low
+    own = intervals.rate([1.0] * 11 + [0.0])
+    assert margin.value == pytest.approx(100 * (11 / 12 - bound)) and margin.value > 0
+    assert (margin.low, margin.high) == pytest.approx((100 * (own.low - bound), 100 * (own.high - bound)))
+    assert margin.low < 0 < margin.high and margin.n == 12
+    claim = next(c for c in registry.load().paper("tokengate").claims if c.id == "ttft-speedup")
+    params = json.dumps({"context": context, "keep": keep, "method": "tokengate"}, sort_keys=True)
+    verdict = verdicts.judge(claim, {params: 1.5}, {params: margin.value},
+                             gate_intervals={params: {"low": margin.low, "high": margin.high}})
+    assert verdict.gate == "passed"
+    assert "the gate passed on its value, but its interval spans the bound" in verdict.reason
 
 
 @pytest.mark.model
