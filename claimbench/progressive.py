@@ -3,8 +3,10 @@
 1. Ingest what is already there (the shipped reference results, this machine's earlier runs) and
    start the leaderboard: its URL is printed within seconds of the install.
 2. Run the suites one at a time (the papers' suites in papers.toml's order, then the others), each
-   ingested as soon as it finishes: the app shows its rows after a refresh. A progress file beside
-   the store says which suite runs and about how long is left (from this machine's previous
+   ingested as soon as it finishes: the app shows its rows after a refresh. A suite that declares
+   what it needs of the machine (`REQUIRES = ("gpu",)` in suites/gpu.py) is skipped with one line
+   where the machine lacks it (asv would take minutes to skip its every row). A progress file
+   beside the store says which suite runs and about how long is left (from this machine's previous
    times, else each suite's quick budget); the Claims page and the terminal show it.
 3. Each suite's wall time is recorded as a result (`harness.QuickRun.track_suite_seconds`, quick
    mode) so that a suite growing past its budget shows in the alerts, and a line says so at once.
@@ -25,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import asvfiles, ingest, localservices, metrics, report, runner, store
+from . import asvfiles, environment, ingest, inputs, localservices, metrics, report, runner, store, verdicts
 from .registry import REPO_ROOT, Registry
 
 PROGRESS = "progress.json"  # beside the store
@@ -35,26 +37,46 @@ COLD_TIME_BENCHMARK = "harness.QuickRun.track_suite_seconds_cold_cache"  # the s
 
 
 def suites_in_order(registry: Registry, root: Path = REPO_ROOT) -> list[str]:
-    names = sorted(p.stem for p in (root / "suites").glob("*.py") if p.stem != "__init__")
+    """The suite modules (those that declare INPUTS; suites/common.py is a helper), the papers' first in
+    papers.toml's order."""
+    names = sorted(inputs.declared(root / "suites"))
     papers = list(dict.fromkeys(p.suite for p in registry.papers if p.suite in names))
     return papers + [n for n in names if n not in papers]
 
 
+def _declared(suite: str, name: str, root: Path) -> tuple[object, int] | None:
+    """(value, line) of the suite module's `name = <literal>`, read from the source (importing a suite loads
+    torch and faiss); value None where it is not a literal; None where the module assigns no such name."""
+    try:
+        tree = ast.parse((root / "suites" / f"{suite}.py").read_text())
+    except OSError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            try:
+                return ast.literal_eval(node.value), node.lineno
+            except ValueError:
+                return None, node.lineno
+    return None
+
+
 def quick_budget(suite: str, root: Path = REPO_ROOT) -> float:
     """The seconds `suite` should take in quick mode on 2 cores with its datasets cached: the number its
-    module assigns to QUICK_BUDGET_S (read from the source, not imported), else QUICK_BUDGET_S."""
-    path = root / "suites" / f"{suite}.py"
-    try:
-        tree = ast.parse(path.read_text())
-    except OSError:
+    module assigns to QUICK_BUDGET_S, else QUICK_BUDGET_S."""
+    if (found := _declared(suite, "QUICK_BUDGET_S", root)) is None:
         return QUICK_BUDGET_S
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["QUICK_BUDGET_S"]:
-            value = node.value.value if isinstance(node.value, ast.Constant) else None
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{path}:{node.lineno}: QUICK_BUDGET_S must be a positive number of seconds")
-            return float(value)
-    return QUICK_BUDGET_S
+    value, line = found
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{root / 'suites' / f'{suite}.py'}:{line}: QUICK_BUDGET_S must be a positive number of "
+                         "seconds")
+    return float(value)
+
+
+def lacking(suite: str, capabilities: set[str], root: Path = REPO_ROOT) -> list[str]:
+    """What the suite's module names in REQUIRES (papers.toml's words: "gpu", "tensorrt") that this
+    machine's capabilities (claimbench.environment) lack."""
+    found = _declared(suite, "REQUIRES", root)
+    return [need for need in ((found[0] or ()) if found else ()) if need not in capabilities]
 
 
 def progress_path(db=None) -> Path:
@@ -134,6 +156,12 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
                             "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
     suites = suites_in_order(registry, root)
+    capabilities = environment.capabilities(environment.describe())
+    skipped = {suite: missing for suite in suites if (missing := lacking(suite, capabilities, root))}
+    for suite, missing in skipped.items():  # its rows would all read n/a: one line instead
+        needs = "; ".join(verdicts.REQUIREMENT_TEXT.get(need, f"needs {need}") for need in missing)
+        progress(f"claimbench: {suite} skipped: it {needs}, which this machine lacks")
+    suites = [suite for suite in suites if suite not in skipped]
     seconds_path = results / machine / ingest.SUITE_SECONDS
     try:
         previous = json.loads(seconds_path.read_text())

@@ -1,6 +1,7 @@
 """GPU benchmarks: on a machine with asv and a CUDA GPU, asv runs them here; on a lent GPU machine
 without asv, `claimbench device-run` runs the same measurements (claimbench/device.py, where each is
-described) and writes the same rows. Elsewhere every row is skipped with one line saying why.
+described) and writes the same rows. Elsewhere `make run` skips the suite with one line (REQUIRES),
+and `claimbench run` or asv on their own skip every row, saying why.
 """
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
@@ -9,6 +10,7 @@ from claimbench import device, evidence, metrics
 from . import common
 
 INPUTS = ()  # generated tensors only
+REQUIRES = ("gpu",)  # as papers.toml's requires: without one, make run skips the suite (claimbench.progressive)
 QUICK_BUDGET_S = 150  # seconds in quick mode on 2 cores (120 s in a fresh clone's make run)
 
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from claimbench import asvfiles, localservices, progressive, registry, store
+from claimbench import asvfiles, environment, localservices, progressive, registry, store
 
 SLOW_SUITE = '''
 import time
@@ -54,6 +54,20 @@ class Builds:
         path.write_bytes(b"built")
         return 1.0
     track_value.unit = "queries/s"
+'''
+GPU_SUITE = '''
+INPUTS = ()
+REQUIRES = ("gpu",)
+
+
+class Gpu:
+    def track_value(self):
+        return 1.0
+    track_value.unit = "queries/s"
+'''
+HELPER = '''
+def shared():  # a module the suites import: it declares no INPUTS, so it is not a suite
+    return 1.0
 '''
 PAPERS = '''
 [[paper]]
@@ -98,7 +112,8 @@ def make_repo(tmp_path, suites: dict[str, str]):
 def tiny_repo(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file
     monkeypatch.setenv("CLAIMBENCH_CACHE", str(tmp_path / "cache"))
-    return make_repo(tmp_path, {"slow": SLOW_SUITE, "builds": BUILDS_SUITE})
+    monkeypatch.setattr(environment, "gpu_info", lambda: {"gpu": None, "gpu_count": 0, "driver": None, "cuda": None})
+    return make_repo(tmp_path, {"slow": SLOW_SUITE, "builds": BUILDS_SUITE, "needs_gpu": GPU_SUITE, "helper": HELPER})
 
 
 @pytest.fixture
@@ -143,6 +158,8 @@ def test_the_leaderboard_answers_before_the_suite_ends_and_shows_its_rows_after(
     assert rows(db, progressive.TIME_BENCHMARK) == 1  # the suite's own wall time, a result of the quick run
     assert rows(db, progressive.COLD_TIME_BENCHMARK) == 1  # the suite that built a cached input: no budget
     assert [m for m in messages if "builds built 1 cached input(s)" in m]
+    assert "claimbench: needs_gpu skipped: it needs a GPU, which this machine lacks" in messages
+    assert rows(db, "needs_gpu.Gpu.track_value") == 0  # skipped in one line, not started to skip every row
     assert progressive.read_progress(db) is None and not answers(url)  # the app stopped with the run
     assert (tiny_repo / "reports" / "alerts.md").exists()
     assert not [m for m in messages if "could not ingest" in m]  # the suites' wall-time file is not a result
@@ -185,7 +202,7 @@ def test_ctrl_c_mid_run_stops_the_run_and_the_app_and_keeps_the_store(stuck_repo
 def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
     """The newest quick run of each suite against its budget: the QUICK_BUDGET_S its module states ("slow":
     300 s), else 90 s; a suite that built cached inputs has none."""
-    from claimbench import alerts, environment, ingest
+    from claimbench import alerts, ingest
     (tiny_repo / "suites" / "slow.py").write_text("QUICK_BUDGET_S = 300  # seconds\n" + SLOW_SUITE)
     assert progressive.quick_budget("slow", tiny_repo) == 300 and progressive.quick_budget("fast", tiny_repo) == 90
     (tiny_repo / "suites" / "bad.py").write_text("QUICK_BUDGET_S = 5 * 60\n")
@@ -205,7 +222,12 @@ def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
     assert found[0].detail == "fast: 120 s in quick mode, over its 90 s budget"
 
 
-def test_every_suites_quick_budget_reads():
-    """Each suite's QUICK_BUDGET_S, where it states one, is a positive number the harness can read."""
-    budgets = {suite: progressive.quick_budget(suite) for suite in progressive.suites_in_order(registry.load())}
-    assert all(seconds > 0 for seconds in budgets.values()) and budgets["common"] == progressive.QUICK_BUDGET_S
+def test_every_suites_quick_budget_and_requirements_read():
+    """Each suite's QUICK_BUDGET_S, where it states one, is a positive number the harness can read; the GPU
+    suite says it needs a GPU; suites/common.py is a helper, not a suite."""
+    suites = progressive.suites_in_order(registry.load())
+    budgets = {suite: progressive.quick_budget(suite) for suite in suites}
+    assert all(seconds > 0 for seconds in budgets.values()) and budgets["ugds"] == progressive.QUICK_BUDGET_S
+    assert "common" not in suites and "gpu" in suites
+    assert progressive.lacking("gpu", set()) == ["gpu"] and progressive.lacking("gpu", {"gpu"}) == []
+    assert not [suite for suite in suites if suite != "gpu" and progressive.lacking(suite, set())]
