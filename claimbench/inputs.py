@@ -102,14 +102,32 @@ def suite_of(benchmark: str) -> str:
     return benchmark.split(".", 1)[0]
 
 
+def module_literal(path: Path, name: str) -> tuple[object, int] | None:
+    """(value, line) of a module's top-level `name = <literal>` (a suite's INPUTS, QUICK_BUDGET_S,
+    REQUIRES), read from its source (importing a suite loads torch and faiss); value None where it is not
+    a literal; None where the file is missing or assigns no such name."""
+    try:
+        tree = ast.parse(path.read_text())
+    except OSError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            try:
+                return ast.literal_eval(node.value), node.lineno
+            except ValueError:
+                return None, node.lineno
+    return None
+
+
 def declared(suites_dir: Path) -> dict[str, tuple[str, ...]]:
-    """Each suite module's INPUTS, read from its source (importing a suite loads torch and faiss)."""
+    """Each suite module's INPUTS."""
     out = {}
     for file in sorted(suites_dir.glob("*.py")):
-        tree = ast.parse(file.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "INPUTS" for t in node.targets):
-                out[file.stem] = tuple(ast.literal_eval(node.value))
+        if (found := module_literal(file, "INPUTS")) is not None:
+            value, line = found
+            if not isinstance(value, (tuple, list)):
+                raise ValueError(f"{file}:{line}: INPUTS must be a tuple of input names")
+            out[file.stem] = tuple(value)
     return out
 
 

@@ -19,7 +19,6 @@ disturb the timings.
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -44,26 +43,10 @@ def suites_in_order(registry: Registry, root: Path = REPO_ROOT) -> list[str]:
     return papers + [n for n in names if n not in papers]
 
 
-def _declared(suite: str, name: str, root: Path) -> tuple[object, int] | None:
-    """(value, line) of the suite module's `name = <literal>`, read from the source (importing a suite loads
-    torch and faiss); value None where it is not a literal; None where the module assigns no such name."""
-    try:
-        tree = ast.parse((root / "suites" / f"{suite}.py").read_text())
-    except OSError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
-            try:
-                return ast.literal_eval(node.value), node.lineno
-            except ValueError:
-                return None, node.lineno
-    return None
-
-
 def quick_budget(suite: str, root: Path = REPO_ROOT) -> float:
     """The seconds `suite` should take in quick mode on 2 cores with its datasets cached: the number its
     module assigns to QUICK_BUDGET_S, else QUICK_BUDGET_S."""
-    if (found := _declared(suite, "QUICK_BUDGET_S", root)) is None:
+    if (found := inputs.module_literal(root / "suites" / f"{suite}.py", "QUICK_BUDGET_S")) is None:
         return QUICK_BUDGET_S
     value, line = found
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
@@ -75,7 +58,7 @@ def quick_budget(suite: str, root: Path = REPO_ROOT) -> float:
 def lacking(suite: str, capabilities: set[str], root: Path = REPO_ROOT) -> list[str]:
     """What the suite's module names in REQUIRES (papers.toml's words: "gpu", "tensorrt") that this
     machine's capabilities (claimbench.environment) lack."""
-    found = _declared(suite, "REQUIRES", root)
+    found = inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES")
     return [need for need in ((found[0] or ()) if found else ()) if need not in capabilities]
 
 
