@@ -36,25 +36,29 @@ def cmd_run(args) -> int:
     if args.publish and not args.dry_run and (dirty := runner.uncommitted()):
         raise ValueError("--publish files reference results, which must measure their commit: commit or stash "
                          f"these changes first:\n{dirty}")
+    # every run of this command is saved under the commit it starts at: committing one paper's published reports
+    # while the next runs moves HEAD, not what is measured (runner.run fails a run whose code changed meanwhile)
+    commit = None if args.dry_run else runner.head_commit()
     if args.stale:
         if args.paper or args.quick:
             raise ValueError("--stale chooses the papers itself, in full mode; leave out --paper and --quick")
-        return _run_stale(reg, args)
-    code = runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run)
+        return _run_stale(reg, args, commit)
+    code = runner.run(reg, args.paper, quick=args.quick, machine=args.machine, bench=args.bench, dry_run=args.dry_run,
+                      commit=commit)
     if args.publish and not args.dry_run:
-        _publish(args.machine or socket.gethostname())
+        _publish(args.machine or socket.gethostname(), commit)
         _reference_reports(reg)
     return code
 
 
-def _publish(machine: str) -> None:
-    """--publish, after each run: this checkout's full runs of `machine` at HEAD into the reference results
+def _publish(machine: str, commit: str) -> None:
+    """--publish, after each run: this checkout's full runs of `machine` at `commit` into the reference results
     (reports/results/<machine>), merged into what is there at that commit."""
     from . import asvfiles
     target = registry.REPO_ROOT / runner.REFERENCE_RESULTS
     try:
         copied = asvfiles.copy_runs(runner.results_dir(mode="full"), target, machine=machine,
-                                    commit=runner.head_commit())
+                                    commit=commit)
     except FileNotFoundError as e:  # asv saved nothing (it could not start): nothing to publish
         print(f"claimbench: nothing published: {e}", file=sys.stderr, flush=True)
         return
@@ -69,7 +73,7 @@ def _reference_reports(reg: registry.Registry) -> None:
           f"(reports/): `git add reports` and commit them with the results", flush=True)
 
 
-def _run_stale(reg: registry.Registry, args) -> int:
+def _run_stale(reg: registry.Registry, args, commit: str | None) -> int:
     """The stale papers (or those of them that fit --budget minutes), one asv run each, longest first; then
     any --bench expressions in a run of their own."""
     machine = args.machine or socket.gethostname()
@@ -98,12 +102,12 @@ def _run_stale(reg: registry.Registry, args) -> int:
             print(f"claimbench: and would publish each paper's results into {runner.REFERENCE_RESULTS / machine}, "
                   "then rewrite reports/ from the reference results")
         return runner.run(reg, chosen, machine=machine, bench=args.bench, dry_run=True)
-    after = (lambda paper: _publish(machine)) if args.publish else None
-    worst = runplan.run_each(reg, chosen, found, machine, budget_s, after=after)
+    after = (lambda paper: _publish(machine, commit)) if args.publish else None
+    worst = runplan.run_each(reg, chosen, found, machine, budget_s, after=after, commit=commit)
     if args.bench:
-        worst = max(worst, runner.run(reg, [], machine=machine, bench=args.bench))
+        worst = max(worst, runner.run(reg, [], machine=machine, bench=args.bench, commit=commit))
         if args.publish:
-            _publish(machine)
+            _publish(machine, commit)
     if args.publish:
         _reference_reports(reg)
     return worst

@@ -53,6 +53,15 @@ def describe() -> dict:
             "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width"}
 
 
+REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
+
+
+def unmet(requires, caps: set[str]) -> str:
+    """Why a machine with `caps` cannot run what `requires` names (papers.toml's and the suites' REQUIRES words):
+    "needs a GPU"; "" where it can."""
+    return "; ".join(REQUIREMENT_TEXT.get(need, f"needs {need}") for need in requires if need not in caps)
+
+
 def capabilities(env: dict) -> set[str]:
     """What a machine can run, from its environment record: 'gpu', 'tensorrt', ..."""
     caps = set()

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import asvfiles, environment, ingest, inputs, localservices, metrics, report, runner, store, verdicts
+from . import asvfiles, ingest, inputs, localservices, metrics, report, runner, store
 from .registry import REPO_ROOT, Registry
 
 PROGRESS = "progress.json"  # beside the store
@@ -53,13 +53,6 @@ def quick_budget(suite: str, root: Path = REPO_ROOT) -> float:
         raise ValueError(f"{root / 'suites' / f'{suite}.py'}:{line}: QUICK_BUDGET_S must be a positive number of "
                          "seconds")
     return float(value)
-
-
-def lacking(suite: str, capabilities: set[str], root: Path = REPO_ROOT) -> list[str]:
-    """What the suite's module names in REQUIRES (papers.toml's words: "gpu", "tensorrt") that this
-    machine's capabilities (claimbench.environment) lack."""
-    found = inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES")
-    return [need for need in ((found[0] or ()) if found else ()) if need not in capabilities]
 
 
 def progress_path(db=None) -> Path:
@@ -139,11 +132,9 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
                             "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
     suites = suites_in_order(registry, root)
-    capabilities = environment.capabilities(environment.describe())
-    skipped = {suite: missing for suite in suites if (missing := lacking(suite, capabilities, root))}
-    for suite, missing in skipped.items():  # its rows would all read n/a: one line instead
-        needs = "; ".join(verdicts.REQUIREMENT_TEXT.get(need, f"needs {need}") for need in missing)
-        progress(f"claimbench: {suite} skipped: it {needs}, which this machine lacks")
+    skipped = runner.unrunnable(suites, root)
+    for suite, why in skipped.items():  # its rows would all read n/a: one line instead
+        progress(runner.skipped_line(suite, why))
     suites = [suite for suite in suites if suite not in skipped]
     seconds_path = results / machine / ingest.SUITE_SECONDS
     try:

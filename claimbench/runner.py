@@ -100,6 +100,19 @@ def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
     return patterns
 
 
+def unrunnable(suites: list[str], root: Path = REPO_ROOT) -> dict[str, str]:
+    """suite -> why, for the suites whose module's REQUIRES (`("gpu",)` in suites/gpu.py) this machine lacks:
+    asv would take minutes to start such a suite only to skip its every row."""
+    caps = environment.capabilities(environment.describe())
+    found = {suite: inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES") for suite in suites}
+    why = {suite: environment.unmet(requires[0] or (), caps) for suite, requires in found.items() if requires}
+    return {suite: text for suite, text in why.items() if text}
+
+
+def skipped_line(suite: str, why: str) -> str:
+    return f"claimbench: {suite} skipped: it {why}, which this machine lacks"
+
+
 _FAILED = re.compile(r"\s(failed|timeout)\s*$")
 
 
@@ -170,8 +183,11 @@ def stop_tree(pid: int, grace_s: float = 10.0) -> None:
 
 
 def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = False, machine: str | None = None,
-        bench: list[str] | None = None, root: Path = REPO_ROOT, dry_run: bool = False) -> int:
+        bench: list[str] | None = None, root: Path = REPO_ROOT, dry_run: bool = False,
+        commit: str | None = None) -> int:
     """Run the suites with asv, streaming its progress; with dry_run, say what would run and run nothing.
+    Without papers or bench patterns, every suite but those this machine cannot run (unrunnable), each
+    named in one line. Results are saved under `commit` (default: HEAD now).
 
     Returns 0 when every benchmark ran, 1 when some failed (they are saved as failed and the
     others as measured), and asv's own code when asv itself could not run. Refuses a machine name
@@ -180,17 +196,24 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     machine = machine or socket.gethostname()
     mode = "quick" if quick else "full"
     patterns = bench_patterns(registry, paper_ids or []) + (bench or [])
+    suites = [] if patterns else sorted(inputs.declared(root / "suites"))
+    skipped = unrunnable(suites, root)
+    for suite, why in skipped.items():
+        print(skipped_line(suite, why), flush=True)
+    if skipped:  # every suite but those: asv selects a benchmark that any --bench matches
+        patterns = [rf"^{suite}\." for suite in suites if suite not in skipped]
     mismatch = other_hardware(machine, root)
     if dry_run:
         print(f"claimbench: would run asv on {machine} ({mode} mode), "
-              + (f"benchmarks matching {' or '.join(patterns)}" if patterns else "every suite"), flush=True)
+              + (f"every suite but {', '.join(skipped)}" if skipped else
+                 f"benchmarks matching {' or '.join(patterns)}" if patterns else "every suite"), flush=True)
         if mismatch:
             print(f"claimbench: and would refuse: {mismatch}", flush=True)
         return 0
     if mismatch:
         raise ValueError(mismatch)
     info = write_machine_file(machine)
-    commit = head_commit(root)
+    commit = commit or head_commit(root)
     machine_dir = results_dir(root, mode) / machine
     private = tempfile.TemporaryDirectory(prefix="claimbench-asv-")
     machine_file = Path(private.name) / "asv-machine.json"  # this run's own: see claimbench.asv_run

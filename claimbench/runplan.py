@@ -196,10 +196,10 @@ def minutes(seconds: float) -> str:
 
 
 def run_each(registry: Registry, papers: list[str], found: dict[str, Estimate], machine: str,
-             budget_s: float | None = None, clock=time.monotonic, after=None) -> int:
-    """One asv run per paper (claimbench.runner), longest first as chosen; with a budget, a paper whose
-    estimate no longer fits what the earlier ones left is not started; `after(paper)`, if given, follows each
-    paper's run. Returns the worst return code."""
+             budget_s: float | None = None, clock=time.monotonic, after=None, commit: str | None = None) -> int:
+    """One asv run per paper (claimbench.runner), longest first as chosen, each saved under `commit` (default:
+    HEAD as it starts); with a budget, a paper whose estimate no longer fits what the earlier ones left is not
+    started; `after(paper)`, if given, follows each paper's run. Returns the worst return code."""
     start, worst = clock(), 0
     for i, pid in enumerate(papers, 1):
         estimate = found[pid].seconds
@@ -210,7 +210,7 @@ def run_each(registry: Registry, papers: list[str], found: dict[str, Estimate], 
             worst = max(worst, 1)
             continue
         print(f"claimbench: paper {i} of {len(papers)}: {pid}, {found[pid].describe()}", flush=True)
-        worst = max(worst, runner.run(registry, [pid], machine=machine))
+        worst = max(worst, runner.run(registry, [pid], machine=machine, commit=commit))
         if after:
             after(pid)
     return worst

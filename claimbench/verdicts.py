@@ -53,7 +53,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from . import codepath, inputs
-from .environment import DEVICE_SUITE, capabilities
+from .environment import DEVICE_SUITE, capabilities, unmet
 from .registry import REPO_ROOT, Claim, Registry
 
 REPRODUCED = "reproduced"
@@ -67,7 +67,6 @@ VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, INCONCLUSIVE, GATE_FAILED, NOT_T
 MODE_PREFERENCE = ("full", inputs.UNRECORDED, "quick")
 CURRENT, OTHER_INPUTS, INPUTS_UNRECORDED = "current inputs", "other inputs", "inputs not recorded"
 
-REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
 STALE_TEXT = ("Papers whose latest full result on a machine is missing, from quick runs only, on other inputs than "
               "this checkout's, without the interval another machine's has, or from older code than another "
               "machine's whose verdict differs: `claimbench run --stale --machine NAME` on that machine runs them "
@@ -181,9 +180,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     gate_intervals: the gate benchmark's intervals by the same params, where recorded: a gate passes on its
     value, and the reason says where its interval has the bound strictly inside (the data cannot tell).
     """
-    missing = [r for r in claim.requires if r not in caps]
-    if missing:  # results from a machine without it (a CPU dry run of the GPU rows) do not measure the claim
-        why = "; ".join(REQUIREMENT_TEXT.get(r, f"needs {r}") for r in missing)
+    # results from a machine without what the claim needs (a CPU dry run of the GPU rows) do not measure it
+    if why := unmet(claim.requires, caps):
         return Verdict(claim, machine, NOT_TESTABLE, reason=why + ("; the rows here come from a stand-in run" if measured
                                                                    else ""))
     if not measured:

@@ -1,7 +1,7 @@
 """GPU benchmarks: on a machine with asv and a CUDA GPU, asv runs them here; on a lent GPU machine
 without asv, `claimbench device-run` runs the same measurements (claimbench/device.py, where each is
-described) and writes the same rows. Elsewhere `make run` skips the suite with one line (REQUIRES),
-and `claimbench run` or asv on their own skip every row, saying why.
+described) and writes the same rows. Elsewhere `make run` and `claimbench run` skip the suite with one line
+(REQUIRES), and asv on its own (or `claimbench run --bench gpu`) skips every row, saying why.
 """
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
@@ -10,7 +10,7 @@ from claimbench import device, evidence, metrics
 from . import common
 
 INPUTS = ()  # generated tensors only
-REQUIRES = ("gpu",)  # as papers.toml's requires: without one, make run skips the suite (claimbench.progressive)
+REQUIRES = ("gpu",)  # as papers.toml's requires: without one, claimbench run skips the suite (claimbench.runner)
 QUICK_BUDGET_S = 150  # seconds in quick mode on 2 cores (120 s in a fresh clone's make run)
 
 

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from claimbench import asvfiles, environment, localservices, progressive, registry, store
+from claimbench import asvfiles, environment, localservices, progressive, registry, runner, store
 
 SLOW_SUITE = '''
 import time
@@ -222,12 +222,27 @@ def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
     assert found[0].detail == "fast: 120 s in quick mode, over its 90 s budget"
 
 
-def test_every_suites_quick_budget_and_requirements_read():
+def test_every_suites_quick_budget_and_requirements_read(monkeypatch):
     """Each suite's QUICK_BUDGET_S, where it states one, is a positive number the harness can read; the GPU
-    suite says it needs a GPU; suites/common.py is a helper, not a suite."""
+    suite says it needs a GPU, and only it; suites/common.py is a helper, not a suite."""
     suites = progressive.suites_in_order(registry.load())
     budgets = {suite: progressive.quick_budget(suite) for suite in suites}
     assert all(seconds > 0 for seconds in budgets.values()) and budgets["ugds"] == progressive.QUICK_BUDGET_S
     assert "common" not in suites and "gpu" in suites
-    assert progressive.lacking("gpu", set()) == ["gpu"] and progressive.lacking("gpu", {"gpu"}) == []
-    assert not [suite for suite in suites if suite != "gpu" and progressive.lacking(suite, set())]
+    for gpus, expected in ((0, {"gpu": "needs a GPU"}), (1, {})):
+        monkeypatch.setattr(environment, "gpu_info", lambda: {"gpu": "x" if gpus else None, "gpu_count": gpus})
+        assert runner.unrunnable(suites) == expected
+
+
+def test_a_plain_run_of_every_suite_leaves_out_one_the_machine_cannot_run(tiny_repo, capsys):
+    """`claimbench run` without --paper or --bench (asv over every suite) skips a suite that needs a GPU on a
+    machine without one in one line, as make run does, and runs the others."""
+    assert runner.run(registry.load(tiny_repo / "papers.toml"), machine="tinybox", root=tiny_repo,
+                      dry_run=True) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "claimbench: needs_gpu skipped: it needs a GPU, which this machine lacks",
+        "claimbench: would run asv on tinybox (full mode), every suite but needs_gpu"]
+    assert runner.run(registry.load(tiny_repo / "papers.toml"), quick=True, machine="tinybox", root=tiny_repo) == 0
+    ran = {name.split(".")[0] for path in (tiny_repo / ".asv" / "results-quick" / "tinybox").glob("*-existing-*.json")
+           for name in json.loads(path.read_text())["results"]}
+    assert ran == {"slow", "builds"}

@@ -104,7 +104,7 @@ def test_the_budget_takes_the_longest_papers_that_fit_and_says_why_it_left_the_r
 def test_each_paper_runs_alone_and_none_starts_past_the_budget(monkeypatch, capsys):
     ran, now = [], [0.0]
 
-    def fake_run(reg, papers, machine=None):
+    def fake_run(reg, papers, machine=None, **kw):
         ran.append(papers)
         now[0] += {"a": 50 * 60, "b": 40 * 60, "c": 60}[papers[0]]  # a takes longer than estimated
         return 0
@@ -150,21 +150,24 @@ def test_the_shipped_suites_split_into_parts_that_name_real_classes():
 
 def test_publish_files_each_papers_runs_as_reference_results_then_rewrites_the_reports(tmp_path, monkeypatch,
                                                                                       capsys):
-    commit, results = "cd" * 20, tmp_path / "asv-results"
+    """Each paper is filed as it ends, under the commit the command started at: committing the first paper's
+    reports while the second runs (HEAD moves, the code does not) files nothing under the new commit."""
+    results, head = tmp_path / "asv-results", ["cd" * 20]
     monkeypatch.setattr(registry, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(runner, "results_dir", lambda root=None, mode="full": results)
-    monkeypatch.setattr(runner, "head_commit", lambda root=None: commit)
+    monkeypatch.setattr(runner, "head_commit", lambda root=None: head[0])
     monkeypatch.setattr(runner, "uncommitted", lambda root=None: "")
     monkeypatch.setattr(cli, "_stale_papers", lambda reg, machine, db, roots: ["ugds", "lychee"])
     monkeypatch.setattr(runplan, "estimates", lambda reg, papers, roots: {
         "ugds": estimate("ugds", 300), "lychee": estimate("lychee", 3000)})
     published, filed_before = [], []
 
-    def fake_run(reg, papers, machine=None, bench=None, dry_run=False, **kw):
+    def fake_run(reg, papers, machine=None, bench=None, dry_run=False, commit=None):
         if not dry_run:  # each paper's asv run adds its benchmark to the one result file of that commit
             filed_before.append((tmp_path / "reports" / "results" / "box").exists())
             asvfiles.write_run(results, machine, commit, 1_700_000_000_000,
                                {f"{papers[0]}.Claim.track_x": (["size"], [["1"]], [1.0], "x")})
+            head[0] = "ef" * 20  # its reports committed while the next paper runs
         return 0
     monkeypatch.setattr(runner, "run", fake_run)
     monkeypatch.setattr(report, "reference", lambda reg: published.append(sorted(
