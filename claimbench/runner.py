@@ -103,10 +103,12 @@ def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
 def unrunnable(suites: list[str], root: Path = REPO_ROOT) -> dict[str, str]:
     """suite -> why, for the suites whose module's REQUIRES (`("gpu",)` in suites/gpu.py) this machine lacks:
     asv would take minutes to start such a suite only to skip its every row."""
+    requires = {suite: found[0] or () for suite in suites
+                if (found := inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES"))}
+    if not requires:  # (describing the machine asks nvidia-smi and every library's version)
+        return {}
     caps = environment.capabilities(environment.describe())
-    found = {suite: inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES") for suite in suites}
-    why = {suite: environment.unmet(requires[0] or (), caps) for suite, requires in found.items() if requires}
-    return {suite: text for suite, text in why.items() if text}
+    return {suite: why for suite, needs in requires.items() if (why := environment.unmet(needs, caps))}
 
 
 def skipped_line(suite: str, why: str) -> str:
@@ -196,7 +198,7 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     machine = machine or socket.gethostname()
     mode = "quick" if quick else "full"
     patterns = bench_patterns(registry, paper_ids or []) + (bench or [])
-    suites = [] if patterns else sorted(inputs.declared(root / "suites"))
+    suites = [] if patterns else list(inputs.declared(root / "suites"))
     skipped = unrunnable(suites, root)
     for suite, why in skipped.items():
         print(skipped_line(suite, why), flush=True)
