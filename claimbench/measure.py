@@ -14,9 +14,11 @@ from .intervals import Estimate, ratio_of_rounds
 
 
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup: int = 1,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+                clock: Callable[[], float] = time.perf_counter,
+                progress: Callable[[str], None] | None = None) -> dict[str, list[float]]:
     """Seconds per call for each entry, alternating entries within every round (by `clock`: wall time,
-    or e.g. time.thread_time for the calling thread's CPU time).
+    or e.g. time.thread_time for the calling thread's CPU time); progress, if given, hears of each round
+    as it ends ("round 2 of 6: 41 s").
 
     Alternating spreads slow drifts (thermal, other load) over all sides alike, and each round's
     calls ran back to back, so a ratio is taken per round (`ratio`, `ratio_estimate`) rather than
@@ -26,11 +28,13 @@ def interleaved(calls: dict[str, Callable[[], object]], rounds: int = 5, warmup:
         for fn in calls.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
+    for done in range(1, rounds + 1):
         for name, fn in calls.items():
             start = clock()
             fn()
             times[name].append(clock() - start)
+        if progress:
+            progress(f"round {done} of {rounds}: {sum(t[-1] for t in times.values()):.0f} s")
     return times
 
 

@@ -11,6 +11,8 @@ tool output, kept verbatim: our choice, the model is too small to summarize). KV
 recent-output questions, relative to full history, is the gate of the cost claim.
 Pass rates on real agent benchmarks need a strong LLM: not testable offline.
 """
+import logging
+
 from claimbench import agentcost, evidence, intervals, metrics
 from claimbench.baselines.agent_context import FullHistory, ObservationMasking, ThresholdSummarization
 from claimbench.datasets import agent_trajectories
@@ -19,6 +21,7 @@ from claimbench.impl.agent_cache import KVDrop
 from . import common
 
 QUICK = common.QUICK
+log = logging.getLogger(__name__)
 QUICK_BUDGET_S = 270  # seconds in quick mode on 2 cores (215 s in a fresh clone's make run)
 INPUTS = ("corpus", "smollm2-135m")  # tool outputs' filler text; the gate's model
 WINDOW = 128_000
@@ -97,6 +100,7 @@ def session_accuracy(sessions: int = SESSIONS, keep_last: int = 12, n_outputs: i
 
     scores = {}
     for seed in range(sessions):
+        log.info("agent-cache: session %d of %d, a recent and an old question under each policy", seed + 1, sessions)
         session = agent_trajectories.tool_session(seed, n_outputs)
         outputs = [i for i, (kind, _) in enumerate(session.turns) if kind == "tool_output"]
         old = set(outputs[:-keep_last])

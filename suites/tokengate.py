@@ -213,7 +213,9 @@ def timing(model, prepared, ids) -> dict:
     """(context, method, keep) -> seconds per round of prefill + first token of `ids`, interleaved."""
     calls = {(method, keep): _ttft_call(model, make(method, keep, prepared), ids)
              for method, keep in configurations() if method in TIMED}
-    return {(CLAIM_CONTEXT, *key): times for key, times in measure.interleaved(calls, rounds=ROUNDS).items()}
+    times = measure.interleaved(calls, rounds=ROUNDS,
+                                progress=lambda line: log.info("tokengate: TTFT at %s, %s", CLAIM_CONTEXT, line))
+    return {(CLAIM_CONTEXT, *key): seconds for key, seconds in times.items()}
 
 
 def _ttft_call(model, pruning, ids):
@@ -244,8 +246,11 @@ def prepare(model, tok) -> dict:
     gates, logs, seconds = {}, {}, {}
     for keep in KEEPS:
         knobs = dataclasses.replace(TRAINING, target_keep=float(keep))
+        log.info("tokengate: the gates for keep %s (%d steps, or loaded where this recipe was trained before)",
+                 keep, knobs.steps)
         gates[keep], logs[keep], seconds[keep] = tokengate.trained_gates(
-            model, rows, knobs, vectors.cache_dir() / "tokengate")
+            model, rows, knobs, vectors.cache_dir() / "tokengate", say=log.info)
+    log.info("tokengate: GemFilter's and FastKV's selection layers by the needle probe (%d probes)", PROBES)
     layers, ranks = selection_layers(model, tok)
     return {"gates": gates, "layers": layers, "training": logs, "training_s": seconds, "needle_ranks": ranks}
 

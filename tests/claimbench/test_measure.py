@@ -32,3 +32,13 @@ def test_repeated_times_a_quick_call_every_round_and_returns_its_first_result():
 def test_repeated_runs_a_call_once_when_a_second_would_overrun_the_budget():
     first, seconds = measure.repeated(lambda: time.sleep(0.02) or "done", rounds=4, budget_s=0.03)
     assert first == "done" and len(seconds) == 1
+
+
+def test_interleaved_alternates_the_entries_in_every_round_and_reports_each_round():
+    order, lines = [], []
+    ticks = iter(range(1000))
+    calls = {name: functools.partial(order.append, name) for name in ("baseline", "method")}
+    times = measure.interleaved(calls, rounds=3, warmup=1, clock=lambda: float(next(ticks)), progress=lines.append)
+    assert order == ["baseline", "method"] * 4  # the warm-up round, then three timed ones
+    assert times == {"baseline": [1.0, 1.0, 1.0], "method": [1.0, 1.0, 1.0]}  # one clock tick per call
+    assert lines == ["round 1 of 3: 2 s", "round 2 of 3: 2 s", "round 3 of 3: 2 s"]
