@@ -210,6 +210,8 @@ def trained_gates(model: Llama, rows: Tensor, knobs: GateTraining, folder: Path,
     layers = layers or default_layers(model.config.n_layers)
     path = folder / f"gates-{recipe_digest(model, rows, knobs, layers)[:16]}.pt"
     if path.exists():
+        if say:
+            say(f"tokengate: trained before, loaded from {path}")
         saved = load_for_model(path, model, "gates")
         return _gates_from(saved, model.config.dim), saved["log"], saved["seconds"]
     started = time.monotonic()

@@ -246,8 +246,7 @@ def prepare(model, tok) -> dict:
     gates, logs, seconds = {}, {}, {}
     for keep in KEEPS:
         knobs = dataclasses.replace(TRAINING, target_keep=float(keep))
-        log.info("tokengate: the gates for keep %s (%d steps, or loaded where this recipe was trained before)",
-                 keep, knobs.steps)
+        log.info("tokengate: the gates for keep %s (%d training steps)", keep, knobs.steps)
         gates[keep], logs[keep], seconds[keep] = tokengate.trained_gates(
             model, rows, knobs, vectors.cache_dir() / "tokengate", say=log.info)
     log.info("tokengate: GemFilter's and FastKV's selection layers by the needle probe (%d probes)", PROBES)

@@ -144,8 +144,10 @@ def test_gates_train_once_per_recipe(tiny, tmp_path, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("the same recipe trained again")
     monkeypatch.setattr(tokengate, "train_gates", no_training)
-    again, log_again, seconds_again = tokengate.trained_gates(tiny, rows, knobs, tmp_path, layers=(1,))
+    said = []
+    again, log_again, seconds_again = tokengate.trained_gates(tiny, rows, knobs, tmp_path, layers=(1,), say=said.append)
     assert (log_again, seconds_again) == (log, seconds)
+    assert said == [f"tokengate: trained before, loaded from {next(tmp_path.iterdir())}"]
     assert all(torch.equal(a, b) for a, b in zip(gates.state_dict().values(), again.state_dict().values()))
     monkeypatch.undo()
     tokengate.trained_gates(tiny, rows, dataclasses.replace(knobs, target_keep=0.5), tmp_path, layers=(1,))
