@@ -3,7 +3,6 @@ one raylet per node, each with its own custom resources), running a tiny real as
 repository, with results through a real S3 API server."""
 import json
 import os
-import shutil
 import tempfile
 import textwrap
 import threading
@@ -67,8 +66,8 @@ def cluster(fleet_repo):
     temporary files (Ray's session folder, runner.run's and asv's) go to one folder removed at the end, so a
     node killed mid-run leaves nothing behind; a short one, for Ray's socket paths."""
     from ray.cluster_utils import Cluster
-    scratch = tempfile.mkdtemp(prefix="claimbench-ray-")
-    with pytest.MonkeyPatch.context() as patch:
+    with (tempfile.TemporaryDirectory(prefix="claimbench-ray-", ignore_cleanup_errors=True) as scratch,
+          pytest.MonkeyPatch.context() as patch):
         (fleet_repo / "home").mkdir(exist_ok=True)
         patch.setenv("HOME", str(fleet_repo / "home"))
         patch.setenv("TMPDIR", scratch)
@@ -87,7 +86,6 @@ def cluster(fleet_repo):
                 if ray.is_initialized():
                     ray.shutdown()
                 nodes.shutdown()
-                shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _spec(repo, kinds, **knobs):
