@@ -1,12 +1,15 @@
 """What asv's machine file lacks: GPU name/count, driver, CUDA, and the library versions."""
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 LIBRARIES = ("numpy", "torch", "faiss-cpu", "faiss-gpu-cu12", "onnxruntime", "tensorrt",
@@ -46,29 +49,64 @@ def gpu_info() -> dict:
     return info
 
 
+AVAILABLE = "available"
+IO_URING_PROBE = ("import liburing\nring = liburing.Ring()\nliburing.io_uring_queue_init(2, ring)\n"
+                  "liburing.io_uring_queue_exit(ring)\n")
+
+
+@functools.cache
+def io_uring_problem(probe: str = IO_URING_PROBE) -> str:
+    """Why io_uring cannot be used here through PyPI liburing; "" where it can. The probe opens a ring in a
+    child process: liburing's compiled module can kill the process that loads it (the 2026.3 wheels use
+    AVX-512 registers, and a CPU without AVX-512 stops them with SIGILL), and there that is an answer."""
+    try:
+        version = importlib.metadata.version("liburing")
+    except importlib.metadata.PackageNotFoundError:
+        return "PyPI liburing is not installed: pip install liburing"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"opening an io_uring ring in a child process failed: {e}"
+    if done.returncode == -signal.SIGILL:
+        return f"liburing {version}'s compiled module uses instructions this CPU lacks: SIGILL"
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        return f"opening an io_uring ring failed: {said[-1] if said else f'exit status {done.returncode}'}"
+    return ""
+
+
 def describe() -> dict:
     """The environment record stored beside asv's machine.json."""
     wide = "-prefer-256-bit" in os.environ.get("NUMBA_CPU_FEATURES", "")  # see claimbench._full_vector_width
     return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions(),
-            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width"}
+            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width",
+            "io_uring": io_uring_problem() or AVAILABLE}
 
 
-REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)"}
+REQUIREMENT_TEXT = {"gpu": "needs a GPU", "tensorrt": "needs TensorRT (not installable here)",
+                    "io_uring": "needs io_uring through a PyPI liburing that runs here"}
+PROBED = ("io_uring",)  # requirements whose environment record entry says why a machine lacks them
 
 
-def unmet(requires, caps: set[str]) -> str:
+def unmet(requires, caps: set[str], env: dict | None = None) -> str:
     """Why a machine with `caps` cannot run what `requires` names (papers.toml's and the suites' REQUIRES words):
-    "needs a GPU"; "" where it can."""
-    return "; ".join(REQUIREMENT_TEXT.get(need, f"needs {need}") for need in requires if need not in caps)
+    "needs a GPU"; "" where it can. With the machine's environment record, what it says of a probed one."""
+    def why(need: str) -> str:
+        said = (env or {}).get(need) if need in PROBED else None
+        return REQUIREMENT_TEXT.get(need, f"needs {need}") + (f" ({said})" if said and said != AVAILABLE else "")
+    return "; ".join(why(need) for need in requires if need not in caps)
 
 
 def capabilities(env: dict) -> set[str]:
-    """What a machine can run, from its environment record: 'gpu', 'tensorrt', ..."""
+    """What a machine can run, from its environment record: 'gpu', 'tensorrt', 'io_uring' (a record from before
+    io_uring was probed counts as having it: its runs measured the io_uring path), ..."""
     caps = set()
     if env.get("gpu_count"):
         caps.add("gpu")
     if "tensorrt" in (env.get("libraries") or {}):
         caps.add("tensorrt")
+    if env.get("io_uring", AVAILABLE) == AVAILABLE:
+        caps.add("io_uring")
     return caps
 
 

@@ -132,7 +132,7 @@ def serve_and_run(registry: Registry, quick: bool = True, machine: str | None = 
                             "--host", host, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress(f"claimbench leaderboard: http://{host}:{port} (the suites run now; refresh to see new rows)")
     suites = suites_in_order(registry, root)
-    skipped = runner.unrunnable(suites, root)
+    skipped = runner.unrunnable(suites, root, registry)
     for suite, why in skipped.items():  # its rows would all read n/a: one line instead
         progress(runner.skipped_line(suite, why))
     suites = [suite for suite in suites if suite not in skipped]

@@ -100,15 +100,23 @@ def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
     return patterns
 
 
-def unrunnable(suites: list[str], root: Path = REPO_ROOT) -> dict[str, str]:
-    """suite -> why, for the suites whose module's REQUIRES (`("gpu",)` in suites/gpu.py) this machine lacks:
-    asv would take minutes to start such a suite only to skip its every row."""
-    requires = {suite: found[0] or () for suite in suites
+def unrunnable(suites: list[str], root: Path = REPO_ROOT, registry: Registry | None = None) -> dict[str, str]:
+    """suite -> why, for the suites that need what this machine lacks: asv would take minutes to start such a
+    suite only to skip its every row (or, for ugds without a working liburing, to see its setup die). A suite
+    needs its module's REQUIRES (`("gpu",)` in suites/gpu.py) and, with the registry, what every claim of its
+    paper requires (papers.toml: ugds's claims all need io_uring)."""
+    requires = {suite: tuple(found[0] or ()) for suite in suites
                 if (found := inputs.module_literal(root / "suites" / f"{suite}.py", "REQUIRES"))}
+    for paper in (registry.papers if registry else []):
+        if paper.suite in suites and paper.claims:
+            shared = set.intersection(*(set(c.requires) for c in paper.claims))
+            requires[paper.suite] = tuple(requires.get(paper.suite, ())) + tuple(sorted(shared))
+    requires = {suite: needs for suite, needs in requires.items() if needs}
     if not requires:  # (describing the machine asks nvidia-smi and every library's version)
         return {}
-    caps = environment.capabilities(environment.describe())
-    return {suite: why for suite, needs in requires.items() if (why := environment.unmet(needs, caps))}
+    env = environment.describe()
+    caps = environment.capabilities(env)
+    return {suite: why for suite, needs in requires.items() if (why := environment.unmet(needs, caps, env))}
 
 
 def skipped_line(suite: str, why: str) -> str:
@@ -199,7 +207,7 @@ def run(registry: Registry, paper_ids: list[str] | None = None, quick: bool = Fa
     mode = "quick" if quick else "full"
     patterns = bench_patterns(registry, paper_ids or []) + (bench or [])
     suites = [] if patterns else list(inputs.declared(root / "suites"))
-    skipped = unrunnable(suites, root)
+    skipped = unrunnable(suites, root, registry)
     for suite, why in skipped.items():
         print(skipped_line(suite, why), flush=True)
     if skipped:  # every suite but those: asv selects a benchmark that any --bench matches

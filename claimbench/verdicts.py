@@ -369,8 +369,10 @@ def _skipped_text(claim: Claim, mode: str) -> str:
 
 
 def machines(con) -> dict[str, set[str]]:
-    rows = con.execute("SELECT machine, gpu_count, libraries FROM machines ORDER BY machine").fetchall()
-    return {m: capabilities({"gpu_count": g, "libraries": json.loads(libs or "{}")}) for m, g, libs in rows}
+    """machine -> its capabilities, from its environment record (the machines table's info holds it whole)."""
+    rows = con.execute("SELECT machine, gpu_count, libraries, info FROM machines ORDER BY machine").fetchall()
+    return {m: capabilities({**json.loads(info or "{}"), "gpu_count": g, "libraries": json.loads(libs or "{}")})
+            for m, g, libs, info in rows}
 
 
 def inputs_status(suite: str, fingerprint: str, current: dict[str, str]) -> str:

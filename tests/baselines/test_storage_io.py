@@ -3,10 +3,13 @@ import random
 
 import pytest
 
+from claimbench import environment
 from claimbench.baselines.storage_io import KVChunkStore, SyncPread, ThreadPoolPread
 from claimbench.impl import ugds
 from claimbench.impl.ugds import IoUringBatched, io_uring_available
 from claimbench.interfaces import AlignedArena, ReadRequest, StorageError
+
+NO_IO_URING = f"io_uring unavailable: {environment.io_uring_problem() or 'liburing does not import'}"
 
 
 def readers():
@@ -108,7 +111,7 @@ def test_fallback_when_io_uring_is_missing(monkeypatch):
         IoUringBatched()
 
 
-@pytest.mark.skipif(not io_uring_available(), reason="io_uring unavailable")
+@pytest.mark.skipif(not io_uring_available(), reason=NO_IO_URING)
 def test_io_uring_counts_submission_time(store):
     s, payloads = store
     reader = IoUringBatched(queue_depth=4)
@@ -134,7 +137,7 @@ def test_batched_write_larger_than_arena(tmp_path):
         KVChunkStore(tmp_path / "kv").write_batch({(0, 0): b"x" * 9000}, SyncPread(), AlignedArena(4096, 4))
 
 
-@pytest.mark.skipif(not io_uring_available(), reason="io_uring unavailable")
+@pytest.mark.skipif(not io_uring_available(), reason=NO_IO_URING)
 def test_io_uring_many_requests_wrap_the_completion_ring(tmp_path):
     """Far more requests than ring entries: completions wrap the ring many times."""
     data = random.Random(5).randbytes(1 << 20)
@@ -159,7 +162,7 @@ def test_an_arena_gives_its_pages_back_even_where_a_binding_keeps_its_mapping():
     assert bytes(kept[:4]) == bytes(4)  # the pages were dropped: a private mapping reads back zeros
 
 
-@pytest.mark.skipif(not io_uring_available(), reason="io_uring (PyPI liburing) is not available here")
+@pytest.mark.skipif(not io_uring_available(), reason=NO_IO_URING)
 @pytest.mark.parametrize("registered", [True, False])
 def test_the_io_uring_path_does_not_keep_what_it_read_resident(store, registered):
     s, payloads = store

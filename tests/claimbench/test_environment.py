@@ -32,3 +32,26 @@ def test_environment_record_says_which_vector_width_numba_used(monkeypatch):
     assert environment.describe()["numba_vectors"] == "full width (AVX-512)"
     monkeypatch.delenv("NUMBA_CPU_FEATURES")
     assert environment.describe()["numba_vectors"] == "LLVM's default width"
+
+
+def test_io_uring_is_probed_in_a_child_process_that_may_die_of_an_illegal_instruction():
+    """liburing's 2026.3 wheels use AVX-512 registers: on a CPU without AVX-512 the process that opens a ring
+    dies of SIGILL. The probe's child dies instead, and the reason says so."""
+    sigill = "import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n"
+    assert "uses instructions this CPU lacks: SIGILL" in environment.io_uring_problem(sigill)
+    refused = "raise OSError(38, 'Function not implemented')"
+    assert environment.io_uring_problem(refused) == ("opening an io_uring ring failed: OSError: [Errno 38] Function "
+                                                     "not implemented")
+    assert environment.io_uring_problem("pass") == ""
+
+
+def test_a_machine_without_a_working_io_uring_cannot_run_what_needs_it():
+    broken = {"io_uring": "liburing 2026.3.30's compiled module uses instructions this CPU lacks: SIGILL"}
+    assert "io_uring" in environment.capabilities({"io_uring": environment.AVAILABLE})
+    assert "io_uring" in environment.capabilities({})  # recorded before the probe: its runs measured io_uring
+    assert "io_uring" not in environment.capabilities(broken)
+    assert environment.unmet(["io_uring"], set(), broken) == (
+        "needs io_uring through a PyPI liburing that runs here (liburing 2026.3.30's compiled module uses "
+        "instructions this CPU lacks: SIGILL)")
+    assert environment.unmet(["io_uring"], set()) == "needs io_uring through a PyPI liburing that runs here"
+    assert environment.unmet(["io_uring"], {"io_uring"}, broken) == ""

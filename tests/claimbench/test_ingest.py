@@ -217,3 +217,22 @@ def test_a_folder_without_results_says_where_they_are(tmp_path):
     report = ingest.ingest([tmp_path], db=tmp_path / "s.duckdb")
     assert report.ok and report.files == 0
     assert "no result files there" in report.summary() and "reports/results" in report.summary()
+
+
+def test_a_machine_whose_record_says_io_uring_fails_cannot_test_ugds_claims(tmp_path):
+    """Its environment record says why (liburing dying of SIGILL on a CPU without AVX-512); a record from before
+    io_uring was probed counts as having it."""
+    from claimbench import asvfiles, environment, registry, verdicts
+    results = tmp_path / "results"
+    for machine, env in (("broken", {"io_uring": "it dies"}), ("older", {})):
+        asvfiles.write_run(results, machine, "a" * 40, 1_700_000_000_000,
+                           {"ugds.Claim.track_batch_read_speedup_4k": ([], [], [5.0], "x")})
+        (results / machine / environment.SIDECAR).write_text(json.dumps({"gpu_count": 0, **env}))
+    db = tmp_path / "s.duckdb"
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found = {v.machine: v for v in verdicts.compute(con, registry.load(), store_history=False)
+                 if v.claim.key == "ugds/batch-read-speedup"}
+    assert found["broken"].verdict == verdicts.NOT_TESTABLE
+    assert found["broken"].reason.startswith("needs io_uring through a PyPI liburing that runs here")
+    assert found["older"].verdict != verdicts.NOT_TESTABLE

@@ -224,14 +224,22 @@ def test_a_suite_over_its_quick_budget_is_an_alert(tiny_repo, tmp_path):
 
 def test_every_suites_quick_budget_and_requirements_read(monkeypatch):
     """Each suite's QUICK_BUDGET_S, where it states one, is a positive number the harness can read; the GPU
-    suite says it needs a GPU, and only it; suites/common.py is a helper, not a suite."""
-    suites = progressive.suites_in_order(registry.load())
+    suite says it needs a GPU, and only it; ugds's claims all need io_uring, so with the registry its suite
+    does too; suites/common.py is a helper, not a suite."""
+    reg = registry.load()
+    suites = progressive.suites_in_order(reg)
     budgets = {suite: progressive.quick_budget(suite) for suite in suites}
     assert all(seconds > 0 for seconds in budgets.values()) and budgets["ugds"] == progressive.QUICK_BUDGET_S
     assert "common" not in suites and "gpu" in suites
+    monkeypatch.setattr(environment, "io_uring_problem", lambda: "")
     for gpus, expected in ((0, {"gpu": "needs a GPU"}), (1, {})):
         monkeypatch.setattr(environment, "gpu_info", lambda: {"gpu": "x" if gpus else None, "gpu_count": gpus})
         assert runner.unrunnable(suites) == expected
+        assert runner.unrunnable(suites, registry=reg) == expected
+    monkeypatch.setattr(environment, "io_uring_problem", lambda: "it dies")
+    assert runner.unrunnable(suites) == {}
+    assert runner.unrunnable(suites, registry=reg) == {
+        "ugds": "needs io_uring through a PyPI liburing that runs here (it dies)"}
 
 
 def test_a_plain_run_of_every_suite_leaves_out_one_the_machine_cannot_run(tiny_repo, capsys):
