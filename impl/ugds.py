@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from claimbench import environment
 from claimbench.interfaces import AlignedArena, BatchIO, IOStats, ReadRequest, StorageError
 
 
 def io_uring_available() -> bool:
     """liburing imports here and opens a ring in a child process (claimbench.environment.io_uring_problem: its
     compiled module can kill the process that tries)."""
-    from claimbench import environment
     try:
         import liburing  # noqa: F401
     except ImportError:
@@ -40,6 +40,8 @@ class IoUringBatched(BatchIO):
             import liburing
         except ImportError:
             raise StorageError("io_uring path needs PyPI liburing: pip install liburing") from None
+        if problem := environment.io_uring_problem():  # (a child process, once per process: before any timing)
+            raise StorageError(f"io_uring is not usable here: {problem}")
         self._L = liburing
         self._ring, self._cqe = liburing.Ring(), liburing.Cqe()
         try:

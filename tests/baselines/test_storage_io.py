@@ -111,6 +111,16 @@ def test_fallback_when_io_uring_is_missing(monkeypatch):
         IoUringBatched()
 
 
+def test_a_liburing_that_would_kill_the_process_is_refused_before_it_loads(monkeypatch):
+    """Where the probe's child died (liburing's AVX-512 build on a CPU without AVX-512), the path says why
+    instead of opening a ring."""
+    monkeypatch.setattr(environment, "io_uring_problem", lambda: "its compiled module uses instructions this CPU "
+                                                                 "lacks: SIGILL")
+    assert not ugds.io_uring_available()
+    with pytest.raises(StorageError, match="io_uring is not usable here: .* this CPU lacks: SIGILL"):
+        IoUringBatched()
+
+
 @pytest.mark.skipif(not io_uring_available(), reason=NO_IO_URING)
 def test_io_uring_counts_submission_time(store):
     s, payloads = store
