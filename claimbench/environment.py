@@ -75,11 +75,31 @@ def io_uring_problem(probe: str = IO_URING_PROBE) -> str:
     return ""
 
 
+def avx512() -> bool:
+    """Whether this CPU has AVX-512 (/proc/cpuinfo's avx512f flag). One CPU model name can come with or without
+    it: ref-2core-epyc's VMs reported "AMD EPYC" both ways."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512f" in flags
+
+
+def recorded_avx512(env: dict) -> bool | None:
+    """Whether the machine of an environment record had AVX-512: its own field, else what its numba vector width
+    says (claimbench widens it exactly where AVX-512 is, unless the user set NUMBA_CPU_FEATURES); None where
+    the record says neither."""
+    if "avx512" in env:
+        return bool(env["avx512"])
+    return {"full width (AVX-512)": True, "LLVM's default width": False}.get(env.get("numba_vectors"))
+
+
 def describe() -> dict:
     """The environment record stored beside asv's machine.json."""
     wide = "-prefer-256-bit" in os.environ.get("NUMBA_CPU_FEATURES", "")  # see claimbench._full_vector_width
     return {"python": platform.python_version(), **gpu_info(), "libraries": library_versions(),
-            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width",
+            "numba_vectors": "full width (AVX-512)" if wide else "LLVM's default width", "avx512": avx512(),
             "io_uring": io_uring_problem() or AVAILABLE}
 
 

@@ -73,21 +73,34 @@ def write_machine_file(name: str) -> dict:
 
 def other_hardware(machine: str, root: Path = REPO_ROOT) -> str | None:
     """Why this machine must not save results under `machine`'s name: the reference results recorded
-    under that name (REFERENCE_RESULTS/<machine>/machine.json) describe other hardware, and asv would
-    file this machine's numbers in that machine's series. None where the name is free or the hardware
-    matches."""
+    under that name (REFERENCE_RESULTS/<machine>/: asv's machine.json, and whether the runs' environment
+    records had AVX-512) describe other hardware, and asv would file this machine's numbers in that machine's
+    series. None where the name is free or the hardware matches."""
     path = root / REFERENCE_RESULTS / machine / "machine.json"
     if not path.is_file():
         return None
     recorded, here = json.loads(path.read_text()), Machine.get_defaults()
     differ = [key for key in HARDWARE if str(recorded.get(key)) != str(here.get(key))]
+    had = {environment.recorded_avx512(record.get("environment") or {})
+           for record in map(_read_record, path.parent.glob(f"*{environment.RECORD_SUFFIX}"))} - {None}
+    if len(had) == 1 and environment.avx512() not in had:  # all its runs had AVX-512 (or none had), this CPU not
+        recorded, here = {**recorded, "AVX-512": had.pop()}, {**here, "AVX-512": environment.avx512()}
+        differ.append("AVX-512")
     if not differ:
         return None
     def describe(info: dict) -> str:
-        return ", ".join(f"{key} {info.get(key)!r}" for key in differ)
-    return (f"{machine}'s reference results ({path.relative_to(root)}) were measured on {describe(recorded)}; this "
-            f"machine has {describe(here)}. Run it on {machine} itself; here, leave out --machine (results go under "
-            "this machine's hostname) or pass a name of this machine's own")
+        return ", ".join(f"{key} {info.get(key)!r}" if key != "AVX-512" else "AVX-512" if info[key] else "no AVX-512"
+                         for key in differ)
+    return (f"{machine}'s reference results ({path.parent.relative_to(root)}) were measured on {describe(recorded)}; "
+            f"this machine has {describe(here)}. Run it on {machine} itself; here, leave out --machine (results go "
+            "under this machine's hostname) or pass a name of this machine's own")
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:

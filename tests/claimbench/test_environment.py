@@ -55,3 +55,11 @@ def test_a_machine_without_a_working_io_uring_cannot_run_what_needs_it():
         "instructions this CPU lacks: SIGILL)")
     assert environment.unmet(["io_uring"], set()) == "needs io_uring through a PyPI liburing that runs here"
     assert environment.unmet(["io_uring"], {"io_uring"}, broken) == ""
+
+
+def test_the_record_says_whether_the_cpu_had_avx512_and_older_records_tell_it_by_their_vector_width():
+    assert environment.describe()["avx512"] == environment.avx512() == bool(llvm.get_host_cpu_features().get("avx512f"))
+    assert environment.recorded_avx512({"avx512": False, "numba_vectors": "full width (AVX-512)"}) is False
+    assert environment.recorded_avx512({"numba_vectors": "full width (AVX-512)"}) is True
+    assert environment.recorded_avx512({"numba_vectors": "LLVM's default width"}) is False
+    assert environment.recorded_avx512({}) is None

@@ -6,7 +6,7 @@ import sys
 import pytest
 from asv.machine import Machine, MachineCollection
 
-from claimbench import registry, runner
+from claimbench import environment, registry, runner
 
 from tests.conftest import asv_repo
 
@@ -65,3 +65,21 @@ def test_a_run_refuses_a_name_whose_reference_results_are_other_hardware(tmp_pat
     with pytest.raises(ValueError, match="Run it on other itself"):
         runner.run_kernels("other", root=tmp_path)
     assert not (tmp_path / "home" / ".asv-machine.json").exists()
+
+
+def test_a_run_refuses_a_name_whose_runs_had_avx512_on_a_cpu_without_it(tmp_path, monkeypatch):
+    """One CPU model name ('AMD EPYC') came with and without AVX-512: the runs' environment records tell them
+    apart (their own field, or the numba vector width claimbench widens exactly where AVX-512 is)."""
+    folder = tmp_path / runner.REFERENCE_RESULTS / "twin"
+    folder.mkdir(parents=True)
+    (folder / "machine.json").write_text(json.dumps({**Machine.get_defaults(), "machine": "twin"}))
+    (folder / f"aaaaaaaa{environment.RECORD_SUFFIX}").write_text(
+        json.dumps({"environment": {"numba_vectors": "full width (AVX-512)"}}))
+    monkeypatch.setattr(environment, "avx512", lambda: False)
+    why = runner.other_hardware("twin", tmp_path)
+    assert why.startswith("twin's reference results (reports/results/twin) were measured on AVX-512; this machine "
+                          "has no AVX-512. Run it on twin itself")
+    monkeypatch.setattr(environment, "avx512", lambda: True)
+    assert runner.other_hardware("twin", tmp_path) is None
+    (folder / f"bbbbbbbb{environment.RECORD_SUFFIX}").write_text(json.dumps({"environment": {"avx512": False}}))
+    assert runner.other_hardware("twin", tmp_path) is None  # records of both kinds already: the model name decides
