@@ -283,7 +283,8 @@ def machines(version) -> pd.DataFrame:
         if con is None:
             return pd.DataFrame()
         return con.execute("""SELECT m.machine, m.cpu, m.num_cpu, m.ram, m.os, m.arch, m.gpu, m.gpu_count,
-                                     m.driver, m.cuda, m.info ->> '$.numba_vectors' AS numba_vectors, m.libraries,
+                                     m.driver, m.cuda, m.info ->> '$.numba_vectors' AS numba_vectors,
+                                     m.info ->> '$.io_uring' AS io_uring, m.libraries,
                                      count(DISTINCT r.run_id) AS runs,
                                      max(r.ingested_at) AS last_ingest
                               FROM machines m LEFT JOIN runs r USING (machine)

@@ -82,7 +82,8 @@ def fixture_db(tmp_path_factory):
     lychee_run(results, "gpu-box", 0, [0.5, 0.5, 15.0, 14.0], 0.9,  # every gate fails here
                machine_info={"gpu": "NVIDIA H200", "gpu_count": 1, "driver": "570", "cuda": "12.8",
                              "libraries": {"torch": "2.13.0", "faiss-gpu-cu12": "1.15"},
-                             "numba_vectors": "full width (AVX-512)"})
+                             "numba_vectors": "full width (AVX-512)",
+                             "io_uring": "liburing 2026.3.30's compiled module uses instructions this CPU lacks: SIGILL"})
     db = root / "fixture.duckdb"
     assert ingest.ingest([results], db=db).ok
     return db
