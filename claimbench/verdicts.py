@@ -182,8 +182,9 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     """
     # results from a machine without what the claim needs (a CPU dry run of the GPU rows) do not measure it
     if why := unmet(claim.requires, caps):
-        return Verdict(claim, machine, NOT_TESTABLE, reason=why + ("; the rows here come from a stand-in run" if measured
-                                                                   else ""))
+        stand_in = measured and any(value is not None for value in measured.values())
+        return Verdict(claim, machine, NOT_TESTABLE, reason=why + ("; the rows here come from a stand-in run"
+                                                                   if stand_in else ""))
     if not measured:
         if claim.not_testable:
             return Verdict(claim, machine, NOT_TESTABLE, reason=claim.not_testable)

@@ -113,6 +113,9 @@ def test_not_testable_and_not_measured():
     assert verdicts.judge(claim(requires=("gpu",)), None).verdict == verdicts.NOT_TESTABLE
     assert "GPU" in verdicts.judge(claim(requires=("gpu",)), None).reason
     assert verdicts.judge(claim(requires=("gpu",)), None, caps={"gpu"}).verdict == verdicts.NOT_MEASURED
+    assert verdicts.judge(claim(requires=("gpu",)), {P(): 1.0}).reason == "needs a GPU; the rows here come from a " \
+                                                                          "stand-in run"  # a CPU dry run's
+    assert verdicts.judge(claim(requires=("gpu",)), {P(): None}).reason == "needs a GPU"  # it failed: no stand-in
     assert verdicts.judge(claim(not_testable="needs AIME"), None).reason == "needs AIME"
     assert verdicts.judge(claim(benchmark=None), None).reason == "no benchmark yet"
     failed = verdicts.judge(claim(), {P(): None})
