@@ -1,4 +1,5 @@
-"""What asv's machine file lacks: GPU name/count, driver, CUDA, and the library versions."""
+"""What asv's machine file lacks: GPU name/count, driver, CUDA, the library versions, numba's vector width,
+whether the CPU has AVX-512 and whether io_uring works here (and why not)."""
 from __future__ import annotations
 
 import functools
@@ -76,8 +77,8 @@ def io_uring_problem(probe: str = IO_URING_PROBE) -> str:
 
 
 def avx512() -> bool:
-    """Whether this CPU has AVX-512 (/proc/cpuinfo's avx512f flag). One CPU model name can come with or without
-    it: ref-2core-epyc's VMs reported "AMD EPYC" both ways."""
+    """Whether this CPU has AVX-512 (/proc/cpuinfo's avx512f flag). One CPU model name comes with and without it:
+    every run of ref-2core-epyc had it, and another 2-core VM that also reports "AMD EPYC" has none."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
