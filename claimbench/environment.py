@@ -138,16 +138,21 @@ def write_sidecar(machine_dir: Path) -> Path:
     return path
 
 
+def read_run_record(path: Path) -> dict:
+    """A `<commit>.claimbench.json` (write_run_record), or {} where it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
 def write_run_record(machine_dir: Path, commit: str, mode: str, suite_inputs: dict[str, dict[str, str]],
                      machine_speed: dict[str, dict] | None = None) -> Path:
     """`<commit>.claimbench.json`: the mode, each suite's input digests, the environment of a run and,
     per suite that ran, the machine-speed probes around it (claimbench.machinespeed); a second run at
     the same commit (another paper) adds its suites' inputs and probes to the record."""
     path = machine_dir / f"{commit[:8]}{RECORD_SUFFIX}"
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        old = {}
+    old = read_run_record(path)
     record = {"commit": commit, "mode": mode, "inputs": {**old.get("inputs", {}), **suite_inputs},
               "environment": describe()}
     if speed := {**old.get("machine_speed", {}), **(machine_speed or {})}:

@@ -81,8 +81,8 @@ def other_hardware(machine: str, root: Path = REPO_ROOT) -> str | None:
         return None
     recorded, here = json.loads(path.read_text()), Machine.get_defaults()
     differ = [key for key in HARDWARE if str(recorded.get(key)) != str(here.get(key))]
-    had = {environment.recorded_avx512(record.get("environment") or {})
-           for record in map(_read_record, path.parent.glob(f"*{environment.RECORD_SUFFIX}"))} - {None}
+    records = map(environment.read_run_record, path.parent.glob(f"*{environment.RECORD_SUFFIX}"))
+    had = {environment.recorded_avx512(record.get("environment") or {}) for record in records} - {None}
     if len(had) == 1 and environment.avx512() not in had:  # all its runs had AVX-512 (or none had), this CPU not
         recorded, here = {**recorded, "AVX-512": had.pop()}, {**here, "AVX-512": environment.avx512()}
         differ.append("AVX-512")
@@ -94,13 +94,6 @@ def other_hardware(machine: str, root: Path = REPO_ROOT) -> str | None:
     return (f"{machine}'s reference results ({path.parent.relative_to(root)}) were measured on {describe(recorded)}; "
             f"this machine has {describe(here)}. Run it on {machine} itself; here, leave out --machine (results go "
             "under this machine's hostname) or pass a name of this machine's own")
-
-
-def _read_record(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def bench_patterns(registry: Registry, paper_ids: list[str]) -> list[str]:
