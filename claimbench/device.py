@@ -68,17 +68,20 @@ from .registry import REPO_ROOT
 
 SPARSITY = 50
 # pq_bits: SSA's proxy (PQProxy's 2 sub-vectors x 6 bits: 4,096 codes); the dry run's 64 codes keep the
-# interpreter's sort of the codes under a second (4,096 take it 15 s a call)
+# interpreter's sort of the codes under a second (4,096 take it 15 s a call). calls: how many calls a round's time
+# averages (_timer); a dry run's interpreter times say nothing of a GPU, so it times one call a round (its rounds
+# still give the intervals)
+CALLS_PER_ROUND = 10
 FULL = {"contexts": [32_768, 131_072, 524_288, 1_048_576], "heads": 32, "kv_heads": 8, "head_dim": 128, "rounds": 15,
-        "pq_bits": 6}
-DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6, "pq_bits": 3}
+        "pq_bits": 6, "calls": CALLS_PER_ROUND}
+DRY = {"contexts": [1024, 2048], "heads": 4, "kv_heads": 2, "head_dim": 64, "rounds": 6, "pq_bits": 3, "calls": 1}
 # max |kernel - fp32 reference| on bf16 inputs (the dry run's fp32: far below), from the claim's gate
 GATE_TOLERANCE = registry.load().gate_of("gpu.SsaDecode.track_step_speedup_vs_dense").max
 BUDGET_S = 8 * 60  # every GPU benchmark together, within a lent machine's minutes
 SPARSE24 = {"shapes": {"smollm2-ffn-up": (1536, 576), "smollm2-ffn-down": (576, 1536),
                        "llama8b-ffn-up": (14336, 4096), "llama8b-ffn-down": (4096, 14336)},
-            "tokens": [16, 256, 4096], "rounds": 15}
-SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6}
+            "tokens": [16, 256, 4096], "rounds": 15, "calls": CALLS_PER_ROUND}
+SPARSE24_DRY = {"shapes": {"toy": (256, 128)}, "tokens": [16], "rounds": 6, "calls": 1}
 SPARSE24_KERNELS = ["fp16", "fp8", "2:4-fp16", "2:4-fp16-cusparselt", "int8", "2:4-int8", "int4-weight-only"]
 # 2:4 at a precision -> dense one tier lower at the same nominal tensor-core throughput (H100, H200: sparse
 # fp16 and dense fp8 989 TFLOPS each), at the paper's scale (Llama-3.1-8B): the claim speed-vs-tier-lower
@@ -86,8 +89,8 @@ TIER_LOWER = {"2:4-fp16": "fp8"}
 TIER_LOWER_SHAPES = ("llama8b-ffn-up", "llama8b-ffn-down")
 TIER_LOWER_BENCH = "gpu.Sparse24VsTierLower.track_slowdown"  # its own grid of (shape, tokens, kernel)
 MATMUL_MAX_ERROR = 0.05
-E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15}
-E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3}
+E8 = {"shapes": SPARSE24["shapes"], "tokens": [1, 16, 64, 256], "rounds": 15, "calls": CALLS_PER_ROUND}
+E8_DRY = {"shapes": {"toy": (128, 128)}, "tokens": [1, 16], "rounds": 3, "calls": 1}
 E8_KERNELS = ["fp16", "e8-triton", "e8-decode-then-fp16"]
 E8_GROUP = 64
 
@@ -133,11 +136,10 @@ def plan(device: str) -> list[Planned]:
                     "" if gpu_faiss else "faiss with GPU support is not installed on this machine")]
 
 
-CALLS_PER_ROUND = 10
 L2_FLUSH_BYTES = 256 * 2 ** 20  # several times an H100's or H200's L2 (50-60 MB)
 
 
-def _timer(device: str, calls: int = CALLS_PER_ROUND):
+def _timer(device: str, calls: int):
     """timed(fn) -> seconds per call, the mean of `calls` calls. On CUDA each call is timed by its own
     pair of events after a write of L2_FLUSH_BYTES (untimed), as triton.testing.do_bench does: every
     call starts with a cold L2; one synchronize per round. Callers pass CUDA graph replays (`_graphed`),
@@ -208,7 +210,7 @@ def ssa_decode(device: str, sizes: dict, progress=print, budget_s: float = BUDGE
     gen = torch.Generator(device=device).manual_seed(0)  # made where used: 1M tokens of K and V are GBs
     H, hkv, d = sizes["heads"], sizes["kv_heads"], sizes["head_dim"]
     proxy = PQProxy(bits=sizes["pq_bits"])  # sub-vectors x bits per head
-    timed = _timer(device)
+    timed = _timer(device, sizes["calls"])
     out = {}
     for n in sizes["contexts"]:
         if time.monotonic() - started > budget_s:
@@ -384,7 +386,7 @@ def matmul_rows(device: str, sizes: dict, build, label: str, progress=print, pai
     "slowdown_vs_tier_lower" (the kernel's time over the other's, per round) at pair_shapes."""
     import torch
     gen = torch.Generator(device=device).manual_seed(0)
-    timed = _timer(device)
+    timed = _timer(device, sizes["calls"])
     out = {}
     for shape_name, (rows, cols) in sizes["shapes"].items():
         kernels = build(rows, cols, gen, device)

@@ -29,7 +29,7 @@ def test_matmul_rows_on_the_cpu_time_every_kernel_the_device_allows():
     """The E8 rows' kernels on the CPU under Triton's interpreter are only for the dry run (a subprocess,
     tests/claimbench/test_device.py); here dense fp16 alone, through the shared row logic."""
     import torch
-    rows = device.matmul_rows("cpu", {"shapes": {"toy": (32, 64)}, "tokens": [4], "rounds": 2},
+    rows = device.matmul_rows("cpu", {"shapes": {"toy": (32, 64)}, "tokens": [4], "rounds": 2, "calls": 1},
                               lambda rows, cols, generator, where: {
                                   "fp16": ((lambda x, w=torch.ones(rows, cols): x @ w.T), torch.ones(rows, cols)),
                                   "refused": (None, "needs CUDA")}, "toy")
@@ -44,8 +44,8 @@ def test_a_paired_kernel_gets_its_time_over_its_partners_per_round_at_the_paired
     def kernels(rows, cols, generator, where):
         return {"fp16": ((lambda x: x @ weight.T), weight),
                 "twice": ((lambda x: (x @ weight.T + x @ weight.T) / 2), weight)}
-    rows = device.matmul_rows("cpu", {"shapes": {"paired": (32, 64), "other": (32, 64)}, "tokens": [4], "rounds": 3},
-                              kernels, "toy", pairs={"twice": "fp16"}, pair_shapes=("paired",))
+    sizes = {"shapes": {"paired": (32, 64), "other": (32, 64)}, "tokens": [4], "rounds": 3, "calls": 1}
+    rows = device.matmul_rows("cpu", sizes, kernels, "toy", pairs={"twice": "fp16"}, pair_shapes=("paired",))
     slowdown = rows["paired", 4]["twice"]["slowdown_vs_tier_lower"]
     assert len(slowdown.samples) == 3 and slowdown.low <= slowdown.value <= slowdown.high
     assert "slowdown_vs_tier_lower" not in rows["other", 4]["twice"] and "slowdown_vs_tier_lower" not in rows[
@@ -53,7 +53,7 @@ def test_a_paired_kernel_gets_its_time_over_its_partners_per_round_at_the_paired
 
 
 def test_the_fp8_row_runs_on_the_cpu_within_the_error_bound():
-    rows = device.sparse24_matmul("cpu", {"shapes": {"toy": (64, 128)}, "tokens": [16], "rounds": 2},
+    rows = device.sparse24_matmul("cpu", {"shapes": {"toy": (64, 128)}, "tokens": [16], "rounds": 2, "calls": 1},
                                   progress=lambda line: None)["toy", 16]
     assert rows["fp8"]["error"] < device.MATMUL_MAX_ERROR and "seconds" in rows["fp8"]  # activations' e4m3 rounding
     assert rows["2:4-fp16"] == {"skipped": "needs CUDA"}
