@@ -237,7 +237,7 @@ def _parse_asv(path: Path, sha: str, data: dict) -> ParsedRun:
     meta = _benchmarks_meta(path)
     record_path = path.parent / f"{res.commit_hash[:8]}{environment.RECORD_SUFFIX}"
     evidence_path = path.parent / f"{res.commit_hash[:8]}{evidence.SUFFIX}"
-    record = _read_json(record_path) or {}
+    record = environment.read_run_record(record_path)
     found = evidence.read(evidence_path)
     sha = hashlib.sha256(b"".join(f.read_bytes() for f in (path, record_path, evidence_path) if f.exists())).hexdigest()
     rows = []
