@@ -6,11 +6,15 @@ import numpy as np
 from .interfaces import MISSING_ID
 
 
-def recall_at_k(found_ids: np.ndarray, true_ids: np.ndarray, k: int = 10) -> float:
-    """Mean fraction of each query's true k nearest neighbours found among its first k results."""
+def recall_per_query(found_ids: np.ndarray, true_ids: np.ndarray, k: int = 10) -> np.ndarray:
+    """Per query, the fraction of its true k nearest neighbours found among its first k results."""
     assert found_ids.shape[0] == true_ids.shape[0], (found_ids.shape, true_ids.shape)
-    hits = [len(np.intersect1d(f[:k], t[:k])) for f, t in zip(found_ids, true_ids)]
-    return float(np.mean(hits)) / k
+    return np.array([len(np.intersect1d(f[:k], t[:k])) for f, t in zip(found_ids, true_ids)]) / k
+
+
+def recall_at_k(found_ids: np.ndarray, true_ids: np.ndarray, k: int = 10) -> float:
+    """recall@k: the mean over queries of recall_per_query."""
+    return float(np.mean(recall_per_query(found_ids, true_ids, k)))
 
 
 def identical_rows(d1: np.ndarray, i1: np.ndarray, d2: np.ndarray, i2: np.ndarray, rtol: float = 1e-5) -> np.ndarray:
