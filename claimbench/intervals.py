@@ -12,7 +12,9 @@
   paired (each resample draws whole items), 2,000 resamples, seeded so a rerun gives the same
   interval. Every resample assumes the items are independent draws: one run's latencies are not (a
   disk is slow or fast for a while), so a latency comparison is a statistic per interleaved round,
-  and its interval the order statistics of those rounds (`median_of`).
+  and its interval the order statistics of those rounds (`median_of`). A statistic of item sets that
+  do not pair (`bootstrap_groups`: the worse of a perplexity change over spans and an accuracy change
+  over questions) redraws each set on its own in every resample.
 - A paired test (`sign_flip_pvalue`): the one-sided p-value of a mean paired difference above 0
   by random sign flips; `holm` corrects many such tests at once.
 - Two runs' samples (`rank_sum_pvalue`, the rounds of one benchmark at two commits): the one-sided
@@ -139,16 +141,29 @@ def bootstrap(items: Sequence, statistic: Callable[[list], float], samples: Sequ
     the estimate, are one number per item whose location the statistic follows (the per-item
     difference of a mean difference, a span's NLL of a perplexity); empty where no such number
     exists (a rank correlation)."""
-    n = len(items)
-    if n == 0:
+    return _percentile_bootstrap([items], lambda groups: statistic(groups[0]), "paired bootstrap over items",
+                                 samples, seed)
+
+
+def bootstrap_groups(groups: Sequence[Sequence], statistic: Callable[[list[list]], float], seed: int = 0) -> Estimate:
+    """statistic(groups) for item sets that do not pair with each other (a perplexity's held-out spans and
+    an accuracy's questions): each resample redraws every group's items on its own, as `bootstrap` does
+    one group's. It rests on its smallest group."""
+    return _percentile_bootstrap(groups, statistic, "bootstrap over items, each group on its own", (), seed)
+
+
+def _percentile_bootstrap(groups: Sequence[Sequence], statistic: Callable[[list[list]], float], method: str,
+                          samples: Sequence[float], seed: int) -> Estimate:
+    if not groups or any(len(items) == 0 for items in groups):
         raise ValueError("no items")
-    value = statistic(list(items))
+    value = statistic([list(items) for items in groups])
     rng = np.random.default_rng(seed)
-    draws = [statistic([items[i] for i in rng.integers(0, n, n)]) for _ in range(RESAMPLES)]
+    draws = [statistic([[items[i] for i in rng.integers(0, len(items), len(items))] for items in groups])
+             for _ in range(RESAMPLES)]
     draws = [d for d in draws if d == d]  # a resample can make a ratio undefined (0 / 0)
     low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]) if draws else (None, None)
-    return Estimate(value, None if low is None else float(low), None if high is None else float(high), n,
-                    "paired bootstrap over items", MIN_ITEMS, tuple(map(float, samples)))
+    return Estimate(value, None if low is None else float(low), None if high is None else float(high),
+                    min(map(len, groups)), method, MIN_ITEMS, tuple(map(float, samples)))
 
 
 def sign_flip_pvalue(deltas: Sequence[float], permutations: int = 10_000, seed: int = 0) -> float:

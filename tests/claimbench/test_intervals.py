@@ -63,6 +63,30 @@ def test_paired_bootstrap_covers_a_difference_of_accuracies(monkeypatch):
     assert 0.9 <= coverage(200, make, 10.0) <= 0.99
 
 
+def test_bootstrap_of_groups_that_do_not_pair_covers_the_larger_of_two_means(monkeypatch):
+    monkeypatch.setattr(intervals, "RESAMPLES", 400)
+
+    def make(rng):  # 120 spans' changes (true mean 0.6) and 80 questions' losses (true mean 0.4), unpaired
+        spans, questions = list(rng.normal(0.6, 1.0, 120)), list(rng.normal(0.4, 1.0, 80))
+        estimate = intervals.bootstrap_groups([spans, questions], lambda groups: max(map(np.mean, groups)))
+        assert estimate.n == 80 and estimate.method == "bootstrap over items, each group on its own"
+        return estimate
+    assert 0.9 <= coverage(200, make, 0.6) <= 0.99
+    with pytest.raises(ValueError, match="no items"):
+        intervals.bootstrap_groups([[1.0], []], max)
+
+
+def test_one_group_draws_what_the_paired_bootstrap_always_drew():
+    """bootstrap is bootstrap_groups' one-group case, with the seeded draws it had before: a rerun of an
+    earlier suite gives the interval it gave."""
+    items = [float(x) for x in np.random.default_rng(3).normal(size=50)]
+    rng = np.random.default_rng(0)
+    draws = [np.mean([items[i] for i in rng.integers(0, 50, 50)]) for _ in range(intervals.RESAMPLES)]
+    paired = intervals.bootstrap(items, lambda xs: float(np.mean(xs)))
+    groups = intervals.bootstrap_groups([items], lambda groups: float(np.mean(groups[0])))
+    assert (paired.low, paired.high) == tuple(np.quantile(draws, [0.025, 0.975])) == (groups.low, groups.high)
+
+
 def test_estimates_map_through_monotone_functions():
     est = intervals.ratio_of_rounds([2.0, 3.0, 4.0, 2.5, 3.5, 3.0], [1.0] * 6)
     change = est.map(lambda x: 100 * (1 / x - 1))  # decreasing: the bounds swap

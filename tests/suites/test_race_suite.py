@@ -4,6 +4,7 @@ returns a number or says why it has none."""
 import pytest
 from asv_runner.benchmarks._base import get_setup_cache_key
 
+from claimbench import evidence
 from claimbench.suites import race as suite
 
 from . import smollm_stub, tracks
@@ -52,9 +53,16 @@ def test_every_track_returns_a_number_or_says_why_not(result):
     assert ("track_prefill_s", "50", "low-rank") not in measured  # low-rank keys prefill as the full model does
 
 
-def test_the_gate_reads_perplexity_and_accuracy_against_their_tolerances(result):
+def test_the_gate_reads_perplexity_and_accuracy_against_their_tolerances(result, monkeypatch, tmp_path):
     compression = suite.Compression()
     ppl = compression.perplexity_change(result, "50", "race").value
     acc = compression.accuracy_change(result, list(suite.ACCURACY_CONTEXTS)[-1], "50", "race").value
-    assert compression.track_quality_loss_vs_tolerance(result, "50", "race") == max(ppl / 10, -acc / 5)
+    monkeypatch.setenv(evidence.ENV, str(tmp_path / "run.evidence.jsonl"))
+    assert compression.track_quality_loss_vs_tolerance(result, "50", "race") == pytest.approx(max(ppl / 10, -acc / 5))
     assert compression.track_quality_loss_vs_tolerance(result, "50", "full") == 0
+    gate = evidence.read(tmp_path / "run.evidence.jsonl")[
+        "race.Compression.track_quality_loss_vs_tolerance", evidence.params_key({"retention": "50", "method": "race"})]
+    assert gate["method"] == "bootstrap over items, each group on its own"
+    assert gate["low"] <= gate["value"] <= gate["high"]
+    longest = list(suite.ACCURACY_CONTEXTS)[-1]
+    assert gate["n"] == min(len(result["nll"]["50", "race"]), len(result["accuracy"][longest, "50", "race"]))
