@@ -177,8 +177,8 @@ def judge(claim: Claim, measured: dict[str, float | None] | None, gate_values: d
     every combination, and those of the combination that decides the verdict in its reason.
     intervals: params -> {"low", "high", "n", "min_n", "method"} where one was recorded;
     explain_intervals: the same per benchmark of claim.explain, shown beside its values.
-    gate_intervals: the gate benchmark's intervals by the same params, where recorded: a gate passes on its
-    value, and the reason says where its interval has the bound strictly inside (the data cannot tell).
+    gate_intervals: the gate benchmark's intervals by the same params, where recorded: a gate passes or fails on
+    its value, and the reason says where its interval has the bound strictly inside (the data cannot tell).
     """
     # results from a machine without what the claim needs (a CPU dry run of the GPU rows) do not measure it
     if why := unmet(claim.requires, caps):
@@ -263,15 +263,23 @@ def _at(params: dict) -> str:
 
 
 def _closest(gate, detail: list[dict]) -> str:
-    """'; the closest read 1.43 at method=race, retention=75': how far the gate is from passing, at the
-    combination nearest its bound."""
+    """'; the closest read 1.43 [0.8, 2.1] at method=race, retention=75': how far the gate is from passing, at
+    the combination nearest its bound, with its interval where recorded, and where that interval has the bound
+    strictly inside, that the data cannot tell the gate failed there (it fails on its value, as it passes)."""
     def shortfall(value: float) -> float:
         return max(gate.min - value if gate.min is not None else 0.0, value - gate.max if gate.max is not None else 0.0)
     read = [e for e in detail if e.get("gate_value") is not None and e["gate_value"] == e["gate_value"]]
     if not read:
         return "; no combination has a gate value"
     nearest = min(read, key=lambda e: shortfall(e["gate_value"]))
-    return f"; the closest read {nearest['gate_value']:.3g}{_at(nearest['params'])}"
+    unsure = "gate_interval" in nearest and _straddles(gate, *nearest["gate_interval"])
+    return (f"; the closest read {bracketed(nearest['gate_value'], *nearest.get('gate_interval', ()), digits=3)}"
+            f"{_at(nearest['params'])}" + ("; its interval spans the bound: the data cannot tell" if unsure else ""))
+
+
+def _straddles(gate, low: float, high: float) -> bool:
+    """A bound of the gate strictly inside [low, high]."""
+    return any(bound is not None and low < bound < high for bound in (gate.min, gate.max))
 
 
 def _gate_unsure(gate, passing: list[dict]) -> str:
@@ -279,9 +287,7 @@ def _gate_unsure(gate, passing: list[dict]) -> str:
     1.25 [0.6, 3] at provider=anthropic': the passing combinations whose gate interval has the bound strictly
     inside (the data cannot tell that the gate passed there). An exactness gate (every query identical: a rate
     of 1 [0.996, 1] against >= 1) has its bound at the interval's end, so it says nothing there."""
-    def straddles(low: float, high: float) -> bool:
-        return any(bound is not None and low < bound < high for bound in (gate.min, gate.max))
-    unsure = [e for e in passing if "gate_interval" in e and straddles(*e["gate_interval"])]
+    unsure = [e for e in passing if "gate_interval" in e and _straddles(gate, *e["gate_interval"])]
     if not unsure:
         return ""
     first = unsure[0]

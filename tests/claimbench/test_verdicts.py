@@ -109,6 +109,16 @@ def test_a_gate_that_passes_on_its_value_with_the_bound_inside_its_interval_says
     assert "interval spans the bound" not in exact.reason  # every query identical: the bound is the interval's end
 
 
+def test_a_failed_gate_shows_its_closest_interval_and_says_when_the_data_cannot_tell():
+    c = claim(gate=Gate("s.C.track_loss_vs_tolerance", max=1.0))
+    unsure = verdicts.judge(c, {P(d="a"): 5.0}, {P(d="a"): 1.3}, gate_intervals={P(d="a"): {"low": 0.7, "high": 2.0}})
+    assert unsure.verdict == verdicts.GATE_FAILED  # a gate fails on its value, as it passes
+    assert unsure.reason.endswith("the closest read 1.3 [0.7, 2] at d=a; its interval spans the bound: the data "
+                                  "cannot tell")
+    clear = verdicts.judge(c, {P(d="a"): 5.0}, {P(d="a"): 18.4}, gate_intervals={P(d="a"): {"low": 17.0, "high": 20.0}})
+    assert clear.reason.endswith("the closest read 18.4 [17, 20] at d=a")
+
+
 def test_not_testable_and_not_measured():
     assert verdicts.judge(claim(requires=("gpu",)), None).verdict == verdicts.NOT_TESTABLE
     assert "GPU" in verdicts.judge(claim(requires=("gpu",)), None).reason
