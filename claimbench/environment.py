@@ -31,20 +31,22 @@ def library_versions() -> dict[str, str]:
 
 
 def gpu_info() -> dict:
-    """GPUs as nvidia-smi reports them; an empty description on machines without one."""
-    info = {"gpu": None, "gpu_count": 0, "driver": None, "cuda": None}
+    """GPUs as nvidia-smi reports them, with each one's UUID (two lent machines of one kind file under one
+    name, as two VMs of one CPU model do: the UUIDs tell their runs apart); an empty description on machines
+    without one."""
+    info = {"gpu": None, "gpu_count": 0, "driver": None, "cuda": None, "gpu_uuids": []}
     if not shutil.which("nvidia-smi"):
         return info
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20, check=True).stdout
         header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return info
     rows = [r.split(", ") for r in out.strip().splitlines() if r.strip()]
     if rows:
-        info.update(gpu=rows[0][0], gpu_count=len(rows), driver=rows[0][1])
+        info.update(gpu=rows[0][0], gpu_count=len(rows), driver=rows[0][1], gpu_uuids=[r[-1] for r in rows])
     if "CUDA Version:" in header:
         info["cuda"] = header.split("CUDA Version:")[1].split()[0]
     return info

@@ -63,3 +63,20 @@ def test_the_record_says_whether_the_cpu_had_avx512_and_older_records_tell_it_by
     assert environment.recorded_avx512({"numba_vectors": "full width (AVX-512)"}) is True
     assert environment.recorded_avx512({"numba_vectors": "LLVM's default width"}) is False
     assert environment.recorded_avx512({}) is None
+
+
+def test_the_record_names_each_gpu_by_its_uuid(monkeypatch, tmp_path):
+    """nvidia-smi as on a lent machine with two GPUs (a script standing in for it: this machine has none)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n"
+                   'case "$1" in\n'
+                   "  --query-gpu=*) printf 'NVIDIA H200, 580.159.04, GPU-aa11\\n"
+                   "NVIDIA H200, 580.159.04, GPU-bb22\\n' ;;\n"
+                   "  *) echo '| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: 13.0 |' ;;\n"
+                   "esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert environment.gpu_info() == {"gpu": "NVIDIA H200", "gpu_count": 2, "driver": "580.159.04", "cuda": "13.0",
+                                      "gpu_uuids": ["GPU-aa11", "GPU-bb22"]}
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert environment.gpu_info()["gpu_uuids"] == []
