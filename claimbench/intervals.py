@@ -69,11 +69,21 @@ class Estimate:
         return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "method": self.method,
                 "min_n": self.min_n, "confidence": self.confidence, "samples": list(self.samples)}
 
-    def text(self, fmt: str = ".3g") -> str:
+    def text(self, digits: int = 3) -> str:
         """'7.6 [6.5, 8.4]'."""
-        if self.low is None:
-            return format(self.value, fmt)
-        return f"{self.value:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+        return bracketed(self.value, self.low, self.high, digits)
+
+
+def bracketed(value: float, low: float | None = None, high: float | None = None, digits: int = 4,
+              unit: str = "") -> str:
+    """'7.6x [6.5, 8.4]': a value with its 95% interval, or alone where none was recorded. Where `digits`
+    significant digits would print two different bounds as one number ('1.55x [1.55, 1.55]'), it takes up
+    to three more ('1.551x [1.548, 1.553]')."""
+    if low is not None and low != high:
+        digits = next((more for more in range(digits, digits + 4) if f"{low:.{more}g}" != f"{high:.{more}g}"),
+                      digits + 3)
+    shown = f"{value:.{digits}g}{unit}"
+    return shown if low is None else f"{shown} [{low:.{digits}g}, {high:.{digits}g}]"
 
 
 def order_statistic_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:

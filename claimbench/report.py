@@ -8,8 +8,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from . import alerts, ingest, runner, store, verdicts
+from .intervals import bracketed
 from .registry import REPO_ROOT, Registry
-from .verdicts import (BETWEEN_RUNS_TEXT, STALE_TEXT, Verdict, across_machines, apart_between_runs, bracketed,
+from .verdicts import (BETWEEN_RUNS_TEXT, STALE_TEXT, Verdict, across_machines, apart_between_runs,
                        explain_label, explained, params_text, stale_by_reason)
 
 # Plain glyphs (in DejaVu and every default font): emoji need an emoji font, which headless and

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from . import codepath, inputs
 from .environment import DEVICE_SUITE, capabilities, unmet
+from .intervals import bracketed
 from .registry import REPO_ROOT, Claim, Registry
 
 REPRODUCED = "reproduced"
@@ -109,13 +110,6 @@ class Verdict:
 def unit_suffix(unit: str) -> str:
     """A unit that starts with x or % sits against the number ('7.6x', '21%'), any other after a space."""
     return unit if unit.startswith(("x", "%")) else f" {unit}"
-
-
-def bracketed(value: float, low: float | None = None, high: float | None = None, digits: int = 4,
-              unit: str = "") -> str:
-    """'7.6x [6.5, 8.4]': a value with its 95% interval, or alone where none was recorded."""
-    shown = f"{value:.{digits}g}{unit}"
-    return shown if low is None else f"{shown} [{low:.{digits}g}, {high:.{digits}g}]"
 
 
 def reach(claim: Claim) -> float | None:

@@ -127,3 +127,11 @@ def test_mean_difference_pvalue_is_calibrated_under_no_change_and_small_for_a_dr
     assert intervals.mean_difference_pvalue([1.0] * 6, [1.0] * 6) == 1.0  # all equal: no evidence either way
     with pytest.raises(ValueError):
         intervals.mean_difference_pvalue([1.0], [])
+
+
+def test_an_interval_is_printed_with_the_digits_that_tell_its_bounds_apart():
+    assert intervals.bracketed(1.5511, 1.5482, 1.5531, digits=3, unit="x") == "1.551x [1.548, 1.553]"
+    assert intervals.bracketed(7.61, 6.53, 8.44, digits=3, unit="x") == "7.61x [6.53, 8.44]"
+    assert intervals.bracketed(1.0, 1.0, 1.0, digits=3, unit="x") == "1x [1, 1]"  # one number: nothing to tell
+    assert intervals.bracketed(2.0, 2.0 - 1e-12, 2.0 + 1e-12, digits=3) == "2 [2, 2]"  # three more digits at most
+    assert intervals.bracketed(2.5, digits=3) == "2.5"
