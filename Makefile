@@ -19,8 +19,10 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(CB) run --quick --serve --host $(HOST) --port $(PORT)
 
+# PYTHONFAULTHANDLER: a native crash prints every thread's Python stack (one segfault at interpreter exit, after
+# all tests had passed, left nothing to go on: a clean clone on 2026-12-07, 1 of 3 runs)
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest -q
 
 # The kernel micro-benchmarks (kernels/, pytest-benchmark), beside this machine's asv results, ingested.
 kernels: $(VENV)/.installed
