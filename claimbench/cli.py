@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -251,15 +252,30 @@ def cmd_report(args) -> int:
     return 0
 
 
+def preload_pages() -> None:
+    """Import what the leaderboard's pages need before Streamlit starts, so that the first visitor does not wait
+    for altair, pandas and the store to import (about 2 s here): Streamlit runs the pages in this process.
+    Quietly: st.cache_data checks its arguments as each page function is decorated, and outside Streamlit's
+    runtime each check logs "No runtime found, using MemoryCacheStorageManager" (13 lines at every start); the
+    caches themselves are made at their first call, inside the runtime."""
+    import altair  # noqa: F401
+    import streamlit  # noqa: F401
+
+    cache_log = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    level = cache_log.level
+    cache_log.setLevel(logging.ERROR)
+    try:
+        from claimbench.app import queries, views  # noqa: F401
+    finally:
+        cache_log.setLevel(level)
+
+
 def cmd_app(args) -> int:
     app = Path(__file__).resolve().parent.parent / "app" / "main.py"
     os.environ[store.ENV_DB] = str(store.db_path(args.db).resolve())
-    # Streamlit runs the pages in this process: importing what they need now means the first
-    # visitor does not wait for altair, pandas and the store to import (about 2 s here).
-    import altair  # noqa: F401
+    preload_pages()
     from streamlit.web import cli as streamlit_cli
 
-    from claimbench.app import queries, views  # noqa: F401
     sys.argv = ["streamlit", "run", str(app), "--server.address", args.host, "--server.port", str(args.port),
                 "--server.headless", "true", "--browser.gatherUsageStats", "false",
                 "--client.toolbarMode", "viewer"]  # no Deploy button: the leaderboard is served where it runs

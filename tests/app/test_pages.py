@@ -1,5 +1,7 @@
 """Every page under streamlit's AppTest, on the fixture store and on an empty one."""
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -279,3 +281,12 @@ def test_claims_page_shows_a_run_in_progress(use_db):
         assert "1 of 9 suites measured (quick mode), running ssa" in text(run("claims"))
     finally:
         path.unlink()
+
+
+def test_the_app_preloads_its_pages_without_a_warning_per_cached_query():
+    """`claimbench app` imports the pages before Streamlit's runtime exists; st.cache_data's argument check
+    would log a warning for each cached query there."""
+    script = "import sys; from claimbench import cli; cli.preload_pages(); print('claimbench.app.views' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "True"
+    assert "No runtime found" not in done.stderr, done.stderr
