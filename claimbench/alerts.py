@@ -25,14 +25,16 @@ which keeps relative step sizes, so asv's relative threshold means the same in b
 a higher-is-better series that crosses zero is negated instead.
 
 A step between two runs that both kept the samples their value came from (the rounds of a median,
-the items of a rate: intervals' order-statistic and Wilson estimates) is tested on them, one-sided,
-over the reference run's samples and the newest run's: rounds by a rank-sum test
-(intervals.rank_sum_pvalue; a median), items by a permutation test of their means
+the items of a rate, the queries of a tail latency: intervals' order-statistic, Wilson and percentile
+estimates) is tested on them, one-sided, over the reference run's samples and the newest run's: rounds by a
+rank-sum test (intervals.rank_sum_pvalue; a median), items by a permutation test of their means
 (intervals.mean_difference_pvalue; a rate is a mean, and items averaged over draws would outrank
-zeros whatever their mean). When p >= NOISE_P the samples cannot tell the two runs apart: the alert
-is listed as within noise, with its p-value, and is not open. A step with p below it says its
-p-value and stays open. Rounds show one run's noise, not the spread between runs (another load on
-the machine); a step no change on the code path explains still says so.
+zeros whatever their mean), queries by a permutation test of their 99th percentiles
+(intervals.percentile_difference_pvalue; one slow query moves the 99th percentile of 70). When
+p >= NOISE_P the samples cannot tell the two runs apart: the alert is listed as within noise, with its
+p-value, and is not open. A step with p below it says its p-value and stays open. Rounds show one run's
+noise, not the spread between runs (another load on the machine); a step no change on the code path
+explains still says so.
 
 A step in a wall-clock series (a time, queries/s, tokens/s: metrics.wall_clock) between two runs
 that both timed the machine-speed probes (claimbench.machinespeed) says whether the machine slowed
@@ -55,6 +57,7 @@ the same way, with what the recheck measured: its status is "not the code", and 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import math
@@ -83,7 +86,9 @@ MIN_SAMPLES = 5  # samples each run needs for the test
 # its items (spans' or tokens' NLLs) can differ far more among themselves than a real step moves each of
 # them, and an unpaired test would call such a step noise.
 NOISE_TESTS = {"order statistics": ("rank-sum test", intervals.rank_sum_pvalue),
-               "Wilson": ("permutation test of the means", intervals.mean_difference_pvalue)}
+               "Wilson": ("permutation test of the means", intervals.mean_difference_pvalue),
+               "percentile 99 ": ("permutation test of the 99th percentiles",
+                                  functools.partial(intervals.percentile_difference_pvalue, percent=99))}
 
 
 def _alerts_config(path) -> dict:
@@ -420,7 +425,8 @@ def markdown(alerts: list[Alert]) -> str:
     lines += _table(open_)
     if noise:
         lines += ["", f"### Within noise ({len(noise)}): steps the two runs' own samples cannot tell apart "
-                      f"(rank-sum test of rounds, permutation test of items' means; p >= {NOISE_P})", ""]
+                      f"(rank-sum test of rounds, permutation tests of items' means and of queries' 99th "
+                      f"percentiles; p >= {NOISE_P})", ""]
         lines += _table(noise)
     if acknowledged:
         lines += ["", f"### Acknowledged ({len(acknowledged)}): intended changes, each with its reason", ""]

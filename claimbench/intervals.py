@@ -5,6 +5,9 @@
   the interval the distribution-free order-statistic interval of the median: the narrowest pair
   (x_(j), x_(n+1-j)) whose binomial coverage is at least 95%. It needs 6 rounds: with 5, even
   (min, max) covers only 93.75%.
+- A tail latency (`percentile_of`: the 99th percentile of a run's queries): the narrowest pair of
+  order statistics whose binomial coverage of that quantile is at least 95%; none below the samples that
+  takes (299 for the 99th percentile: then even (min, max) covers only 95%), the samples kept either way.
 - A rate over items (`rate`: queries with identical results, questions answered): the Wilson
   score interval.
 - Any statistic of per-item outcomes (`bootstrap`: a difference or a ratio of means between two
@@ -22,7 +25,9 @@
   random relabelling of the pooled ranks (ties share their mean rank). Two runs' items of a rate
   (`mean_difference_pvalue`): the same relabelling on the values themselves, testing their means, which
   a rate is: scores in [0, 1] that are means over draws (1/3, 2/3) would rank above a run's zeros
-  however much lower their mean is.
+  however much lower their mean is. Two runs' tail latencies (`percentile_difference_pvalue`): the same
+  relabelling, testing their percentiles: one slow query moves a 99th percentile of 70 alone, and the
+  relabelling sees how often it lands on either side.
 Every estimate says how many samples it rests on and how many it needs (`min_n`); below that,
 verdicts call it inconclusive.
 """
@@ -112,6 +117,31 @@ def median_of(samples: Sequence[float], method: str = "order statistics of round
     order-statistic interval; a single measurement has none."""
     low, high, _ = order_statistic_interval(samples) if len(samples) > 1 else (None, None, 0.0)
     return Estimate(statistics.median(samples), low, high, len(samples), method, MIN_ROUNDS, tuple(samples))
+
+
+def percentile_of(samples: Sequence[float], percent: float, method: str = "of queries") -> Estimate:
+    """The `percent` percentile of repeated measurements (numpy's linear interpolation) with its
+    distribution-free interval: the narrowest pair of order statistics (x_(j), x_(k)) with
+    P(j <= Bin(n, q) < k) >= 95%, q = percent / 100. None where even (min, max) falls short; min_n says how
+    many samples one takes. The method reads 'percentile 99 of queries' (what alerts' test keys on)."""
+    n, q = len(samples), percent / 100
+    if n == 0 or not 0 < q < 1:
+        raise ValueError(f"percentile {percent} of {n} samples")
+    min_n = next(m for m in range(2, 100_000) if 1 - q ** m - (1 - q) ** m >= CONFIDENCE)
+    low = high = None
+    if n >= min_n:
+        k = np.arange(n + 1)
+        log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(i + 1) + math.lgamma(n - i + 1) for i in k])
+                   + k * math.log(q) + (n - k) * math.log1p(-q))
+        below = np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])  # below[j] = P(Bin < j)
+        j = np.arange(1, n)  # 1-based lower order statistic; its upper one the first k reaching the coverage
+        upper = np.searchsorted(below, below[j] + CONFIDENCE - 1e-12)
+        ok = upper <= n
+        narrowest = int(np.argmin(np.where(ok, upper - j, n + 1)))
+        x = sorted(samples)
+        low, high = x[j[narrowest] - 1], x[upper[narrowest] - 1]
+    return Estimate(float(np.percentile(samples, percent)), low, high, n, f"percentile {percent:g} {method}", min_n,
+                    tuple(samples))
 
 
 def ratio_of_rounds(baseline: Sequence[float], method: Sequence[float]) -> Estimate:
@@ -219,6 +249,21 @@ def mean_difference_pvalue(above: Sequence[float], below: Sequence[float], permu
     first = pooled[np.argsort(rng.random((permutations, len(pooled))), axis=1)[:, :len(a)]].sum(axis=1)
     tolerance = 1e-9 * (1 + np.abs(pooled).max())  # summation order only, far below one item's move
     return float((1 + np.count_nonzero(difference(first) >= difference(a.sum()) - tolerance)) / (1 + permutations))
+
+
+def percentile_difference_pvalue(above: Sequence[float], below: Sequence[float], percent: float,
+                                 permutations: int = 10_000, seed: int = 0) -> float:
+    """One-sided p-value that the `percent` percentile of `above` exceeds that of `below`: the share of
+    random splits of the pooled values into groups of these sizes whose percentiles differ by at least the
+    observed difference (the observed split counted once)."""
+    a, b = _two_samples(above, below)
+    pooled = np.concatenate([a, b])
+    observed = np.percentile(a, percent) - np.percentile(b, percent)
+    shuffled = pooled[np.argsort(np.random.default_rng(seed).random((permutations, len(pooled))), axis=1)]
+    split = (np.percentile(shuffled[:, :len(a)], percent, axis=1)
+             - np.percentile(shuffled[:, len(a):], percent, axis=1))
+    tolerance = 1e-9 * (1 + np.abs(pooled).max())
+    return float((1 + np.count_nonzero(split >= observed - tolerance)) / (1 + permutations))
 
 
 def _two_samples(above: Sequence[float], below: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -336,6 +336,27 @@ def test_a_rates_step_is_tested_on_its_items_means(tmp_path, newest, status):
     assert intervals.rank_sum_pvalue(before.samples, newest) >= alerts.NOISE_P  # what a rank test would have said
 
 
+@pytest.mark.parametrize("slower, status", [("one query", "within noise"), ("every query", "open")])
+def test_a_tail_latencys_step_is_tested_on_the_two_runs_percentiles(tmp_path, slower, status):
+    """A 99th percentile of 70 latencies has no interval, but two runs' latencies can be told apart or not:
+    one query ten times slower than any before moves it as far as a tail that slowed throughout, and only
+    the second is a step its queries show."""
+    results, db = tmp_path / "results", tmp_path / "s.duckdb"
+    results.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        est = intervals.percentile_of(list(0.1 + rng.exponential(0.02, 70)), 99)
+        run_at(results, i, est.value, mode="full", unit=metrics.SECONDS.unit, estimate=est)
+    latencies = 0.1 + rng.exponential(0.02, 70)
+    latencies = np.append(latencies[:-1], 1.0) if slower == "one query" else 2 * latencies
+    est = intervals.percentile_of(list(latencies), 99)
+    run_at(results, 8, est.value, mode="full", unit=metrics.SECONDS.unit, estimate=est)
+    assert ingest.ingest([results], db=db).ok
+    with store.connect(db) as con:
+        found, = alerts.regressions(con, alerts.Thresholds())
+    assert found.status == status and "permutation test of the 99th percentiles" in found.detail
+
+
 @pytest.mark.parametrize("mapped", [True, False])
 def test_a_rate_from_round_times_is_tested_in_its_own_direction(tmp_path, mapped):
     """queries/s as 1,000 queries over each round's median time, 30% slower in the newest run: with the

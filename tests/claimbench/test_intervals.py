@@ -37,6 +37,31 @@ def test_a_single_measurement_has_no_interval():
     assert intervals.median_of([0.09, 0.12]).low == 0.09
 
 
+def test_a_percentiles_interval_covers_it_once_there_are_enough_samples():
+    # exponential latencies: the true q quantile is -log(1 - q)
+    for n, percent in ((400, 99), (40, 90)):
+        truth = -np.log(1 - percent / 100)
+        assert coverage(300, lambda rng: intervals.percentile_of(list(rng.exponential(1, n)), percent), truth) >= 0.93
+    tail = intervals.percentile_of(list(np.arange(70.0)), 99)
+    assert (tail.value, tail.low, tail.high, tail.min_n, tail.enough) == (pytest.approx(68.31), None, None, 299, False)
+    assert tail.method == "percentile 99 of queries" and len(tail.samples) == 70  # no interval, the samples kept
+    median = intervals.percentile_of(list(range(20)), 50)
+    assert (median.low, median.high) == intervals.order_statistic_interval(list(range(20)))[:2]
+    with pytest.raises(ValueError):
+        intervals.percentile_of([1.0], 100)
+
+
+def test_percentile_difference_pvalue_is_calibrated_and_one_slow_query_is_not_a_slower_tail():
+    rng = np.random.default_rng(0)
+    null = [intervals.percentile_difference_pvalue(rng.exponential(1, 70), rng.exponential(1, 70), 99,
+                                                   permutations=1000) for _ in range(200)]
+    assert np.mean(np.array(null) < 0.05) <= 0.09  # about 5% of no-change pairs fall below 0.05
+    before = rng.exponential(1, 70)
+    assert intervals.percentile_difference_pvalue(2 * rng.exponential(1, 70), before, 99) < 0.05  # a slower tail
+    one_slow = np.append(before[:-1], 10 * before.max())  # the same queries but one, ten times the slowest
+    assert intervals.percentile_difference_pvalue(one_slow, before, 99) > 0.05
+
+
 def test_wilson_interval_covers_a_rate():
     p = 0.3
     cover = coverage(500, lambda rng: intervals.rate(list(rng.random(200) < p)), p)

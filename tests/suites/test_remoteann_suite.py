@@ -78,6 +78,18 @@ def test_recall_and_the_gate_record_intervals_over_the_queries(monkeypatch, tmp_
     assert (same.low, same.high) == pytest.approx((alone.low, alone.high))
 
 
+def test_the_tail_latency_keeps_the_latencies_it_has_no_interval_from(monkeypatch, tmp_path):
+    latencies = list(np.linspace(0.1, 0.2, 70))
+    r = {"toy": {("0.99", "remoteann"): {"params": {"nprobe": 8, "rerank": 32}, "warm_latency": latencies}}}
+    monkeypatch.setenv(evidence.ENV, str(tmp_path / "run.evidence.jsonl"))
+    assert suite.Search().track_p99_s(r, "toy", "0.99", "remoteann") == pytest.approx(np.percentile(latencies, 99))
+    p99 = evidence.read(tmp_path / "run.evidence.jsonl")[
+        "remoteann.Search.track_p99_s", evidence.params_key({"dataset": "toy", "target_recall": "0.99",
+                                                            "method": "remoteann"})]
+    assert p99["method"].startswith("percentile 99 ") and p99["low"] is None and p99["min_n"] == 299
+    assert p99["samples"] == latencies  # what alerts test two runs' tails on
+
+
 def test_recall_per_query_is_what_recall_at_k_averages():
     truth = np.array([[0, 1, 2, 3], [4, 5, 6, 7]])
     found = np.array([[3, 2, 9, 9], [4, 5, 6, 7]])
