@@ -82,7 +82,8 @@ NOT_THE_CODE = "not the code"  # the status of a step a recheck traced to the ma
 BANDWIDTH_BENCHMARK = "track_memory_bandwidth"  # a class's copy bandwidth in its own rounds (machinespeed.memory_copy)
 NOISE_P = 0.05  # a step whose two runs' samples give a p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the test
-# estimates whose value is a median or a share of their samples, each with its test. Not a paired bootstrap's:
+# estimates whose value is a median, a share or a 99th percentile of their samples (keyed by the start of their
+# method: intervals.percentile_of names its "percentile 99 of ..."), each with its test. Not a paired bootstrap's:
 # its items (spans' or tokens' NLLs) can differ far more among themselves than a real step moves each of
 # them, and an unpaired test would call such a step noise.
 NOISE_TESTS = {"order statistics": ("rank-sum test", intervals.rank_sum_pvalue),

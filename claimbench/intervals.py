@@ -6,8 +6,8 @@
   (x_(j), x_(n+1-j)) whose binomial coverage is at least 95%. It needs 6 rounds: with 5, even
   (min, max) covers only 93.75%.
 - A tail latency (`percentile_of`: the 99th percentile of a run's queries): the narrowest pair of
-  order statistics whose binomial coverage of that quantile is at least 95%; none below the samples that
-  takes (299 for the 99th percentile: then even (min, max) covers only 95%), the samples kept either way.
+  order statistics whose binomial coverage of that quantile is at least 95%. Below 299 samples a 99th
+  percentile has none (299 is where (min, max) first covers 95%); its samples are kept either way.
 - A rate over items (`rate`: queries with identical results, questions answered): the Wilson
   score interval.
 - Any statistic of per-item outcomes (`bootstrap`: a difference or a ratio of means between two
@@ -127,7 +127,9 @@ def percentile_of(samples: Sequence[float], percent: float, method: str = "of qu
     n, q = len(samples), percent / 100
     if n == 0 or not 0 < q < 1:
         raise ValueError(f"percentile {percent} of {n} samples")
-    min_n = next(m for m in range(2, 100_000) if 1 - q ** m - (1 - q) ** m >= CONFIDENCE)
+    min_n = math.ceil(math.log(1 - CONFIDENCE) / math.log(max(q, 1 - q)))  # (min, max) covers 1 - q^n - (1 - q)^n
+    while 1 - q ** min_n - (1 - q) ** min_n < CONFIDENCE:
+        min_n += 1
     low = high = None
     if n >= min_n:
         k = np.arange(n + 1)
