@@ -99,17 +99,22 @@ def order_statistic_interval(samples: Sequence[float], confidence: float = CONFI
     n = len(x)
     if n == 0:
         raise ValueError("no samples")
-    # 1-based j: coverage of (x_(j), x_(n+1-j)) is 1 - 2 P(Bin(n, 1/2) < j); the pmf in log space, so
-    # that tens of thousands of rounds (a fast kernel's) cost O(n)
-    i = np.arange(n // 2 + 1)
-    log_pmf = math.lgamma(n + 1) - np.array([math.lgamma(k + 1) + math.lgamma(n - k + 1) for k in i]) - n * math.log(2)
-    below = np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])  # below[j] = P(Bin < j)
-    coverage = 1.0 - 2 * below[1:n // 2 + 1]  # for j = 1 .. n // 2
+    # 1-based j: coverage of (x_(j), x_(n+1-j)) is 1 - 2 P(Bin(n, 1/2) < j)
+    coverage = 1.0 - 2 * _binomial_below(n, 0.5)[1:n // 2 + 1]  # for j = 1 .. n // 2
     ok = np.flatnonzero(coverage >= confidence)
     if len(ok) == 0:
         return x[0], x[-1], 1.0 - 2 * 0.5 ** n
     lo = int(ok[-1])  # the largest such j, 0-based index j - 1
     return x[lo], x[n - 1 - lo], float(coverage[lo])
+
+
+def _binomial_below(n: int, q: float) -> np.ndarray:
+    """below[j] = P(Bin(n, q) < j) for j = 0 .. n + 1; the pmf in log space, so that tens of thousands of
+    samples (a fast kernel's rounds) cost O(n)."""
+    k = np.arange(n + 1)
+    log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(i + 1) + math.lgamma(n - i + 1) for i in k])
+               + k * math.log(q) + (n - k) * math.log1p(-q))
+    return np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])
 
 
 def median_of(samples: Sequence[float], method: str = "order statistics of rounds") -> Estimate:
@@ -132,14 +137,10 @@ def percentile_of(samples: Sequence[float], percent: float, method: str = "of qu
         min_n += 1
     low = high = None
     if n >= min_n:
-        k = np.arange(n + 1)
-        log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(i + 1) + math.lgamma(n - i + 1) for i in k])
-                   + k * math.log(q) + (n - k) * math.log1p(-q))
-        below = np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])  # below[j] = P(Bin < j)
+        below = _binomial_below(n, q)
         j = np.arange(1, n)  # 1-based lower order statistic; its upper one the first k reaching the coverage
         upper = np.searchsorted(below, below[j] + CONFIDENCE - 1e-12)
-        ok = upper <= n
-        narrowest = int(np.argmin(np.where(ok, upper - j, n + 1)))
+        narrowest = int(np.argmin(np.where(upper <= n, upper - j, n + 1)))
         x = sorted(samples)
         low, high = x[j[narrowest] - 1], x[upper[narrowest] - 1]
     return Estimate(float(np.percentile(samples, percent)), low, high, n, f"percentile {percent:g} {method}", min_n,
