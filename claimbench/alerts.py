@@ -53,6 +53,13 @@ load or its libraries changed, not the code. It stays open: the change is real o
 maintainer re-measured and traced to the machine (the older commit's code timed beside the newer's today,
 or a baseline whose time moved while the method's held) is listed in [tool.claimbench.alerts.rechecked]
 the same way, with what the recheck measured: its status is "not the code", and it is no longer open.
+
+A step in a series the machine no longer extends is superseded: the machine's later runs of the same
+benchmark and parameters, in the same mode (a run without a record counts as a full one), are on other
+inputs, or recorded where these were not, and so form a series of their own that began after this one's
+last run. Nothing later can confirm or clear such a step, and no alert compares across the two series:
+it is listed with the commit where its successor begins, and is not open (an acknowledged or rechecked
+step keeps that status and its reason). A series the machine returned to after another is not superseded.
 """
 from __future__ import annotations
 
@@ -79,6 +86,7 @@ SINGLE_POINT_MARGIN = 1.5  # and this many times the series' threshold: one poin
 CODE_UNCHANGED = "not this repository's code"  # in the detail of a step with no code change on its path
 MACHINE_SLOWER = "the machine slowed as much"  # in the detail of a wall-clock step the machine's probes match
 NOT_THE_CODE = "not the code"  # the status of a step a recheck traced to the machine ([...alerts.rechecked])
+SUPERSEDED = "superseded"  # the status of a step in a series the machine no longer extends (module docstring)
 BANDWIDTH_BENCHMARK = "track_memory_bandwidth"  # a class's copy bandwidth in its own rounds (machinespeed.memory_copy)
 NOISE_P = 0.05  # a step whose two runs' samples give a p-value at or above this is within noise
 MIN_SAMPLES = 5  # samples each run needs for the test
@@ -127,9 +135,10 @@ class Alert:
     before: float | None
     after: float | None
     detail: str
-    status: str = "open"  # or "acknowledged", NOT_THE_CODE, "within noise"
+    status: str = "open"  # or "acknowledged", NOT_THE_CODE, "within noise", SUPERSEDED
     mode: str | None = None  # the series' run mode and inputs fingerprint
     inputs: str | None = None
+    superseded: str = ""  # where its series has a successor: why, for `reviewed` to retire a step still open
 
     @property
     def change(self) -> float | None:
@@ -169,8 +178,33 @@ def acknowledge(alerts: list[Alert], entries: dict[str, str], status: str = "ack
 
 
 def reviewed(alerts: list[Alert], acknowledged: dict[str, str], rechecked: dict[str, str]) -> list[Alert]:
-    """The acknowledged steps marked so, then the rechecked ones as NOT_THE_CODE."""
-    return acknowledge(acknowledge(alerts, acknowledged), rechecked, NOT_THE_CODE)
+    """The acknowledged steps marked so, then the rechecked ones as NOT_THE_CODE, then the open steps of a
+    superseded series as SUPERSEDED."""
+    for a in acknowledge(acknowledge(alerts, acknowledged), rechecked, NOT_THE_CODE):
+        if a.superseded and a.status == "open":
+            a.status, a.detail = SUPERSEDED, f"{a.detail}; {SUPERSEDED}: {a.superseded}"
+    return alerts
+
+
+def _successors(series: dict[tuple, list]) -> dict[tuple, tuple[str, str]]:
+    """Each series the machine no longer extends -> (the commit its successor begins at, what sets the two
+    apart): the earliest series of the same benchmark, params and machine, in the same mode (unrecorded runs
+    were full ones), on other inputs or recorded, whose first run is later than this series' last."""
+    def family(mode):
+        return "full" if mode == inputs.UNRECORDED else mode
+    siblings: dict[tuple, list] = {}  # (benchmark, params, machine, direction, mode family) -> its series
+    for key in series:
+        siblings.setdefault((*key[:4], family(key[4])), []).append(key)
+    found = {}
+    for keys in siblings.values():
+        for key in keys:
+            last = series[key][-1][1]
+            later = [(series[other][0][1], series[other][0][0]) for other in keys
+                     if other != key and last is not None and series[other][0][1] is not None
+                     and series[other][0][1] > last]
+            if later:
+                found[key] = (min(later)[1], "its runs recorded" if key[4] == inputs.UNRECORDED else "other inputs")
+    return found
 
 
 def _to_lower_better(values: list[float], direction: str) -> tuple[list[float], callable]:
@@ -248,8 +282,13 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
         series.setdefault((bench, params, machine, direction, mode, fingerprint), []).append(
             (commit, date, value, testable, probes, run))
     bandwidths = _bandwidths(con)
+    successors = _successors(series)
     alerts = []
     for (bench, params, machine, direction, mode, fingerprint), points in series.items():
+        successor = successors.get((bench, params, machine, direction, mode, fingerprint))
+        superseded = (f"{machine}'s runs of it from commit {successor[0][:8]} on are a series of their own "
+                      f"({successor[1]}), so no later run of this series can confirm or clear this step"
+                      if successor else "")
         threshold = thresholds.for_benchmark(bench)
         values = [p[2] for p in points]
         for before, after, v_before, v_after, rule in detect(values, direction, threshold):
@@ -262,7 +301,8 @@ def regressions(con, thresholds: Thresholds, root=REPO_ROOT) -> list[Alert]:
                                 f"{rule}: {direction} is better; from {v_before:.4g} to {v_after:.4g} now, step "
                                 f"at commit {commit[:8]} (threshold {threshold:.0%}; {mode} runs)"
                                 f"{_code_path_note(bench, points[before][0], commit, root)}{noise_note}{machine_note}",
-                                status="within noise" if noise else "open", mode=mode, inputs=fingerprint))
+                                status="within noise" if noise else "open", mode=mode, inputs=fingerprint,
+                                superseded=superseded))
     return alerts
 
 
@@ -414,6 +454,7 @@ def markdown(alerts: list[Alert]) -> str:
     noise = [a for a in alerts if a.status == "within noise"]
     acknowledged = [a for a in alerts if a.status == "acknowledged"]
     machine = [a for a in alerts if a.status == NOT_THE_CODE]
+    superseded = [a for a in alerts if a.status == SUPERSEDED]
     lines = ["## claimbench alerts", ""]
     lines.append(f"{len(open_)} open alert(s)." if open_ else "No open regressions, gate failures or verdict flips.")
     if drift := sum(CODE_UNCHANGED in a.detail for a in open_):
@@ -436,6 +477,11 @@ def markdown(alerts: list[Alert]) -> str:
         lines += ["", f"### Not the code ({len(machine)}): steps a recheck traced to the machine, each with what it "
                       "measured", ""]
         lines += _table(machine)
+    if superseded:
+        lines += ["", f"### Superseded ({len(superseded)}): steps in a series the machine no longer extends (its "
+                      "later runs of the benchmark are on other inputs, or recorded where these were not: a series "
+                      "of their own), which no later run can confirm or clear", ""]
+        lines += _table(superseded)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

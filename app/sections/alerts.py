@@ -1,5 +1,6 @@
 """Regressions (asv step detection), gate failures and verdict flips: open ones first, then those
-within noise, the acknowledged ones and those a recheck traced to the machine, newest first."""
+within noise, the acknowledged ones, those a recheck traced to the machine and those of a superseded
+series, newest first."""
 import urllib.parse
 
 import pandas as pd
@@ -29,12 +30,15 @@ if not df.empty:
     slower = int(((df["status"] == "open") & df["detail"].str.contains(alerts.MACHINE_SLOWER, regex=False)).sum())
     noise = int((df["status"] == "within noise").sum())
     machine = int((df["status"] == alerts.NOT_THE_CODE).sum())
-    st.caption(f"{open_count} open, {len(df) - open_count - noise - machine} acknowledged (intended changes, each "
-               f"with its reason in pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell "
-               f"apart: see their detail), {machine} {alerts.NOT_THE_CODE} (steps a recheck traced to the machine, "
-               "with what it measured)" + (f"; {drift} of the open ones are steps with no change on their code "
-                                             "path (the machine, its load or its libraries changed: see their detail)"
-                                             if drift else "")
+    superseded = int((df["status"] == alerts.SUPERSEDED).sum())
+    acknowledged = len(df) - open_count - noise - machine - superseded
+    st.caption(f"{open_count} open, {acknowledged} acknowledged (intended changes, each with its reason in "
+               f"pyproject.toml), {noise} within noise (steps the two runs' own samples cannot tell apart: see their "
+               f"detail), {machine} {alerts.NOT_THE_CODE} (steps a recheck traced to the machine, with what it "
+               f"measured), {superseded} {alerts.SUPERSEDED} (steps in a series the machine no longer extends: its "
+               "later runs form a series of their own)"
+               + (f"; {drift} of the open ones are steps with no change on their code path (the machine, its load "
+                  "or its libraries changed: see their detail)" if drift else "")
                + (f"; {slower} of the open ones are wall-clock steps over which {alerts.MACHINE_SLOWER} (its speed "
                   "probes: see the Machines page)" if slower else ""))
     kind_column, status_column = st.columns(2)

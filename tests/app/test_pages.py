@@ -166,10 +166,14 @@ def test_paper_page_draws_the_suites_sweep(use_db):
 
 
 def test_alerts_page_lists_the_regression_and_gate(use_db):
-    df = frames(run("alerts"))[0]
+    at = run("alerts")
+    df = frames(at)[0]
     assert "regression" in set(df["kind"]) and "gate" in set(df["kind"])
     assert df["series"].str.startswith("paper?series=").all()
     assert set(df["status"]) <= {"open", "acknowledged"} and "open" in set(df["status"])
+    counts = df["status"].value_counts()
+    assert (f"{counts.get('open', 0)} open, {counts.get('acknowledged', 0)} acknowledged" in at.caption[0].value
+            and "0 superseded" in at.caption[0].value)  # each status counted once
     assert list(df.columns[:3]) == ["benchmark", "machine", "change"]  # what moved, where, by how much
 
 

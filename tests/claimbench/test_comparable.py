@@ -221,6 +221,35 @@ def test_no_alert_across_modes_or_inputs(tmp_path):
     with store.connect(db) as con:
         found = alerts.regressions(con, alerts.Thresholds())
     assert len(found) == 1 and found[0].mode == "full" and "full runs" in found[0].detail
+    assert not found[0].superseded  # the machine came back to the old inputs: that series goes on
+
+
+@pytest.mark.parametrize("old_mode, why", [("full", "other inputs"), (None, "its runs recorded")])
+def test_a_step_in_a_series_the_machine_no_longer_extends_is_superseded(tmp_path, old_mode, why):
+    """The machine's later runs of the benchmark are on other inputs (or recorded, where the old ones were
+    not): the old series' last step can no longer be confirmed or cleared, so it is listed, not open."""
+    results, quick, db = tmp_path / "results", tmp_path / "quick", tmp_path / "s.duckdb"
+    results.mkdir()
+    quick.mkdir()
+    for i in range(6):
+        run_at(results, i, 3.0, mode=old_mode, suite_inputs={"corpus": "old"})
+    run_at(results, 6, 1.5, mode=old_mode, suite_inputs={"corpus": "old"})  # the old series' last run drops
+    run_at(quick, 7, 1.0, mode="quick", suite_inputs={"corpus": "new"})  # another mode: no successor of it
+
+    def reviewed(acknowledged=None):
+        assert ingest.ingest([results, quick], db=db).ok
+        with store.connect(db) as con:
+            return alerts.reviewed(alerts.regressions(con, alerts.Thresholds()), acknowledged or {}, {})
+    assert [a.status for a in reviewed()] == ["open"]
+    new = run_at(results, 8, 1.6, mode="full", suite_inputs={"corpus": "new"})
+    found = reviewed()
+    assert [a.status for a in found] == [alerts.SUPERSEDED]
+    assert f"from commit {new[:8]} on are a series of their own ({why})" in found[0].detail
+    report = alerts.markdown(found)
+    assert "No open regressions" in report and "### Superseded (1)" in report
+    acknowledged = reviewed({f"{BENCH}@{found[0].commit_hash[:8]}": "a planned trade"})
+    assert [a.status for a in acknowledged] == ["acknowledged"]  # a reviewed step keeps its status and reason
+    assert alerts.SUPERSEDED not in acknowledged[0].detail
 
 
 def test_verdicts_say_whether_their_inputs_are_the_checkouts():
