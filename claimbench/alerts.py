@@ -392,9 +392,16 @@ def _code_path_note(benchmark: str, before: str, after: str, root) -> str:
 
 
 def gate_and_flip_alerts(latest: list[verdicts.Verdict], history: list[verdicts.Verdict]) -> list[Alert]:
-    alerts = [Alert("gate", v.claim.gate.benchmark, "", v.machine, v.commit_hash, v.commit_date, None, None,
-                    f"{v.claim.key}: {v.reason}", mode=v.mode, inputs=v.inputs)
-              for v in latest if v.gate in ("failed", "partly") and v.claim.gate]
+    """A gate that failed (everywhere, or on some combinations) on a machine: one alert for the claims it
+    gates whose verdicts read the same (RACE's four claims share one quality gate); each verdict flip."""
+    failed: dict[tuple, list[str]] = {}
+    for v in latest:
+        if v.gate in ("failed", "partly") and v.claim.gate:
+            failed.setdefault((v.claim.gate.benchmark, v.machine, v.commit_hash, v.commit_date, v.mode, v.inputs,
+                               v.reason), []).append(v.claim.key)
+    alerts = [Alert("gate", gate, "", machine, commit, date, None, None, f"{', '.join(claims)}: {reason}", mode=mode,
+                    inputs=fingerprint)
+              for (gate, machine, commit, date, mode, fingerprint, reason), claims in failed.items()]
     for f in verdicts.flips(history):
         alerts.append(Alert("flip", f["claim_key"], "", f["machine"], f["commit_hash"], f["commit_date"], None, None,
                             f"{f['claim_key']}: {f['before']} at {f['before_commit'][:8]} -> {f['after']} "

@@ -119,6 +119,16 @@ def test_cli_alerts_flags_planted_regression_flip_and_gate(tmp_path, capsys):
     assert dict(stored)["regression"] >= 1
 
 
+def test_claims_sharing_a_failed_gate_raise_one_gate_alert(tmp_path):
+    db, papers = planted(tmp_path, series([3.0] * 11, 0.01), [0.9] * 11)
+    papers.write_text(PAPERS + PAPERS[PAPERS.index("[[paper.claims]]"):].replace('id = "speed"', 'id = "speed-2"'))
+    with store.connect(db, read_only=True) as con:
+        latest, history = verdicts.compute_with_history(con, registry.load(papers), store_history=False)
+    gates = [a for a in alerts.gate_and_flip_alerts(latest, history) if a.kind == "gate"]
+    assert len(gates) == 1 and gates[0].benchmark == "s.Claim.track_identical"
+    assert gates[0].detail.startswith("p/speed, p/speed-2: gate s.Claim.track_identical >= 1")
+
+
 def test_a_flip_is_found_from_the_results_alone_as_the_read_only_leaderboard_reads_them(tmp_path):
     db, papers = planted(tmp_path, series([3.0] * 8 + [1.5] * 3, 0.01), [1.0] * 11)
     with store.connect(db, read_only=True) as con:  # no verdict stored yet: nothing ran `claims` or `alerts`
