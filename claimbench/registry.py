@@ -168,7 +168,7 @@ def load(path: str | Path | None = None) -> Registry:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise RegistryError(f"{path}: file not found") from None
+        raise RegistryError(f"{path}: papers file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise RegistryError(f"{path}: not valid TOML: {e}") from None
     papers_raw = data.get("paper")
