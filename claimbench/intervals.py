@@ -112,8 +112,8 @@ def _binomial_below(n: int, q: float) -> np.ndarray:
     """below[j] = P(Bin(n, q) < j) for j = 0 .. n + 1; the pmf in log space, so that tens of thousands of
     samples (a fast kernel's rounds) cost O(n)."""
     k = np.arange(n + 1)
-    log_pmf = (math.lgamma(n + 1) - np.array([math.lgamma(i + 1) + math.lgamma(n - i + 1) for i in k])
-               + k * math.log(q) + (n - k) * math.log1p(-q))
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1)))])  # log k! for k = 0 .. n
+    log_pmf = log_factorial[n] - log_factorial - log_factorial[::-1] + k * math.log(q) + (n - k) * math.log1p(-q)
     return np.concatenate([[0.0], np.cumsum(np.exp(log_pmf))])
 
 
